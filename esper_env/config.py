@@ -1,0 +1,259 @@
+"""The environment's one configuration object.
+
+Every keyword argument that ``gym.make`` / ``gym.make_vec`` accepts is a field of :class:`EnvConfig`; the env
+builds the config with :func:`EnvConfig.from_kwargs`, which rejects unknown keys, wrong types and values out of
+range with a message that names the field. Values are plain JSON types so that ``env.spec.to_json()`` works.
+Pure Python: no torch here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+REWARD_MODES = ("accuracy", "contribution", "sparse")
+AUTORESET_MODES = ("NextStep", "SameStep", "Disabled")
+EXECUTION_MODES = ("auto", "eager", "graph")
+PRECISIONS = ("auto", "float32", "bfloat16")
+DATASETS = ("cifar10", "synthetic")
+
+# Potential of each lifecycle stage for the optional PBRS term, in the order of ``lifecycle.Stage``:
+# DORMANT, GERMINATED, TRAINING, BLENDING, HOLDING, FOSSILIZED, PRUNED, EMBARGOED.
+DEFAULT_STAGE_POTENTIALS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Configuration of an Esper environment (single or vector face)."""
+
+    # --- data -------------------------------------------------------------------------------------------
+    dataset: str = "cifar10"
+    """Which images: ``"cifar10"`` (real, see ``data_dir``) or ``"synthetic"`` (generated, no download)."""
+    data_dir: str | None = None
+    """Folder with our ``.npz`` shards or torchvision's ``cifar-10-batches-py``; default ``$ESPER_DATA_DIR``."""
+    download: bool = True
+    """Whether a missing CIFAR-10 may be downloaded into the per-user cache."""
+    train_images_per_epoch: int | None = None
+    """Training images per step (a fresh random subset each epoch); None = the whole 45k training split."""
+    val_images: int | None = None
+    """Validation images used for reward and observation (a fixed subset); None = all 5k."""
+    report_test_accuracy: bool = False
+    """Measure the host on the official test set at episode end (``info["test_accuracy"]``)."""
+    synthetic_train_size: int = 2048
+    """Synthetic dataset: training images (count)."""
+    synthetic_val_size: int = 512
+    """Synthetic dataset: validation images (count)."""
+    synthetic_test_size: int = 512
+    """Synthetic dataset: test images (count)."""
+    synthetic_image_size: int = 16
+    """Synthetic dataset: image side length (pixels)."""
+
+    # --- host and its training recipe -------------------------------------------------------------------
+    host_widths: tuple[int, ...] = (8, 16, 32)
+    """Output channels of each host block (conv3x3 -> BatchNorm -> ReLU -> MaxPool2)."""
+    slot_blocks: tuple[int, ...] | None = None
+    """Indices of the blocks after whose pool a slot sits; None = after every block."""
+    batch_size: int = 512
+    """Training batch (images)."""
+    eval_batch_size: int = 1000
+    """Validation chunk (images); each chunk is stacked once per counterfactual configuration."""
+    host_lr: float = 0.1
+    """Peak learning rate of the host (cosine-annealed over the episode, per epoch)."""
+    seed_lr: float = 0.1
+    """Peak learning rate of every seed (same cosine schedule)."""
+    momentum: float = 0.9
+    """SGD momentum (Nesterov) for host and seeds."""
+    weight_decay: float = 5e-4
+    """L2 weight decay of the host (seeds use none)."""
+
+    # --- episode and lifecycle --------------------------------------------------------------------------
+    max_epochs: int = 25
+    """Host epochs per episode = steps per episode; the episode is truncated after the last."""
+    auto_advance: bool = True
+    """Advance GERMINATED->TRAINING->BLENDING->HOLDING by timers; False = the ADVANCE op does it."""
+    min_training_epochs: int = 3
+    """Epochs a seed incubates in TRAINING before it may blend (epochs)."""
+    max_holding_epochs: int = 5
+    """Epochs a seed may wait in HOLDING before it is pruned automatically (epochs)."""
+    embargo_epochs: int = 3
+    """Epochs a slot stays EMBARGOED after a prune before it is DORMANT again (epochs)."""
+    min_prune_age: int = 1
+    """A seed may be pruned once it is this many epochs old (epochs)."""
+    fossilize_min_contribution: float = 0.0
+    """FOSSILIZE needs a measured counterfactual contribution at least this large (percentage points)."""
+    max_seeds: int | None = None
+    """Bound on live + fossilized seeds; None = number of slots."""
+    one_seed_incubating: bool = True
+    """Forbid GERMINATE while another seed is GERMINATED or TRAINING."""
+
+    # --- reward -----------------------------------------------------------------------------------------
+    reward_mode: str = "accuracy"
+    """``"accuracy"`` (dense accuracy delta), ``"contribution"`` (counterfactual attribution) or ``"sparse"``."""
+    param_penalty: float = 0.01
+    """lambda_param: reward cost of seed parameters, per host-size worth of parameters (unitless)."""
+    pbrs_weight: float = 0.0
+    """Weight of the potential-based shaping term over lifecycle stages (0 = off)."""
+    pbrs_gamma: float = 0.995
+    """Discount used by the shaping term; an agent must use the same gamma when ``pbrs_weight`` != 0."""
+    stage_potentials: tuple[float, ...] = DEFAULT_STAGE_POTENTIALS
+    """Potential of each stage (8 values, in ``Stage`` order) for the shaping term."""
+    op_cost: float = 0.0
+    """Reward cost of every executed non-WAIT op."""
+    invalid_action_penalty: float = 0.0
+    """Reward cost of an action the masks forbid (it is executed as WAIT)."""
+    rollback_penalty: float = 1.0
+    """Reward on the transition where the governor rolls the host back (subtracted)."""
+    sparse_scale: float = 1.0
+    """Sparse mode: multiplier of the final score before clipping."""
+    sparse_clip: float = 1.0
+    """Sparse mode: the scaled final reward is clipped to [-sparse_clip, sparse_clip]."""
+
+    # --- governor ---------------------------------------------------------------------------------------
+    divergence_loss: float = 20.0
+    """A training or validation loss above this (nats) counts as divergence and triggers a rollback."""
+    snapshot_interval: int = 3
+    """Epochs between refreshes of the host's last-good snapshot (epochs)."""
+
+    # --- execution --------------------------------------------------------------------------------------
+    device: str = "auto"
+    """Torch device for all sub-envs: ``"auto"`` (cuda if available), ``"cpu"``, ``"cuda"``, ``"cuda:1"``..."""
+    devices: tuple[str, ...] | None = None
+    """Spread sub-envs round-robin over these devices (overrides ``device``)."""
+    execution: str = "auto"
+    """``"eager"``, ``"graph"`` (CUDA graphs on per-sub-env streams) or ``"auto"`` (graph on CUDA)."""
+    precision: str = "auto"
+    """Autocast dtype of host training: ``"float32"``, ``"bfloat16"`` or ``"auto"`` (bf16 on CUDA)."""
+    autoreset_mode: str = "NextStep"
+    """Vector face only: Gymnasium autoreset mode ``"NextStep"``, ``"SameStep"`` or ``"Disabled"``."""
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> EnvConfig:
+        """Build a config from ``gym.make`` keyword arguments, converting JSON lists to tuples."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise TypeError(f"unknown Esper env argument(s) {unknown}; expected some of {sorted(known)}")
+        converted = {key: _tuple_if_list(value) for key, value in kwargs.items()}
+        return cls(**converted)
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """The config as plain JSON types (tuples become lists)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+    @property
+    def slot_block_indices(self) -> tuple[int, ...]:
+        """The blocks after which a slot sits, in forward order."""
+        if self.slot_blocks is None:
+            return tuple(range(len(self.host_widths)))
+        return self.slot_blocks
+
+    @property
+    def num_slots(self) -> int:
+        return len(self.slot_block_indices)
+
+    @property
+    def seed_limit(self) -> int:
+        """The effective bound on live + fossilized seeds."""
+        return self.num_slots if self.max_seeds is None else self.max_seeds
+
+
+def _tuple_if_list(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+_INT_MIN = {
+    "synthetic_train_size": 64,
+    "synthetic_val_size": 16,
+    "synthetic_test_size": 16,
+    "synthetic_image_size": 8,
+    "batch_size": 1,
+    "eval_batch_size": 1,
+    "max_epochs": 1,
+    "min_training_epochs": 0,
+    "max_holding_epochs": 1,
+    "embargo_epochs": 0,
+    "min_prune_age": 0,
+    "snapshot_interval": 1,
+}
+_CHOICES = {
+    "dataset": DATASETS,
+    "reward_mode": REWARD_MODES,
+    "autoreset_mode": AUTORESET_MODES,
+    "execution": EXECUTION_MODES,
+    "precision": PRECISIONS,
+}
+_NON_NEGATIVE = ("param_penalty", "op_cost", "invalid_action_penalty", "rollback_penalty", "weight_decay")
+_POSITIVE = ("host_lr", "seed_lr", "divergence_loss", "sparse_scale", "sparse_clip")
+
+
+def _validate(cfg: EnvConfig) -> None:
+    _check_types(cfg)
+    for name, low in _INT_MIN.items():
+        _require(cfg, name, getattr(cfg, name) >= low, f"an integer >= {low}")
+    for name, choices in _CHOICES.items():
+        _require(cfg, name, getattr(cfg, name) in choices, f"one of {choices}")
+    for name in _NON_NEGATIVE:
+        _require(cfg, name, math.isfinite(getattr(cfg, name)) and getattr(cfg, name) >= 0, "a finite float >= 0")
+    for name in _POSITIVE:
+        _require(cfg, name, math.isfinite(getattr(cfg, name)) and getattr(cfg, name) > 0, "a finite float > 0")
+    _require(cfg, "momentum", 0.0 <= cfg.momentum < 1.0, "a float in [0, 1)")
+    _require(cfg, "pbrs_gamma", 0.0 < cfg.pbrs_gamma <= 1.0, "a float in (0, 1]")
+    _require(cfg, "pbrs_weight", math.isfinite(cfg.pbrs_weight), "a finite float")
+    _require(cfg, "fossilize_min_contribution", math.isfinite(cfg.fossilize_min_contribution), "a finite float")
+    _require(cfg, "host_widths", len(cfg.host_widths) >= 1 and all(w >= 1 for w in cfg.host_widths),
+             "a non-empty list of positive channel counts")
+    blocks = cfg.slot_block_indices
+    _require(cfg, "slot_blocks", len(blocks) >= 1 and len(set(blocks)) == len(blocks)
+             and all(0 <= b < len(cfg.host_widths) for b in blocks) and list(blocks) == sorted(blocks),
+             f"distinct increasing block indices in [0, {len(cfg.host_widths)})")
+    _require(cfg, "max_seeds", cfg.max_seeds is None or 1 <= cfg.max_seeds <= cfg.num_slots,
+             f"None or an integer in [1, {cfg.num_slots}]")
+    _require(cfg, "stage_potentials", len(cfg.stage_potentials) == 8
+             and all(math.isfinite(p) for p in cfg.stage_potentials), "8 finite floats, one per stage")
+    for name in ("train_images_per_epoch", "val_images"):
+        value = getattr(cfg, name)
+        _require(cfg, name, value is None or value >= 1, "None or an integer >= 1")
+    _require(cfg, "devices", cfg.devices is None or len(cfg.devices) >= 1, "None or a non-empty list of devices")
+
+
+def _require(cfg: EnvConfig, name: str, ok: bool, expected: str) -> None:
+    if not ok:
+        raise ValueError(f"{name}={getattr(cfg, name)!r} is out of range; expected {expected}")
+
+
+def _check_types(cfg: EnvConfig) -> None:
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        expected = _expected_type(f)
+        if not _matches(value, expected):
+            raise TypeError(f"{f.name}={value!r} has type {type(value).__name__}; expected {f.type}")
+
+
+def _expected_type(f: dataclasses.Field) -> str:
+    return str(f.type).replace(" ", "")
+
+
+def _matches(value: Any, annotation: str) -> bool:
+    if value is None:
+        return annotation.endswith("|None")
+    base = annotation.removesuffix("|None")
+    if base == "bool":
+        return isinstance(value, bool)
+    if base == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if base == "float":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if base == "str":
+        return isinstance(value, str)
+    if base.startswith("tuple["):
+        item = base[len("tuple[") : -len(",...]")]
+        return isinstance(value, tuple) and all(_matches(v, item) for v in value)
+    raise AssertionError(f"unhandled annotation {annotation}")
+
+
+__all__ = ["EnvConfig", "REWARD_MODES", "AUTORESET_MODES", "DEFAULT_STAGE_POTENTIALS"]

@@ -1,0 +1,198 @@
+"""Execution of one vector step's host training and validation: streams, CUDA graphs and the one host sync.
+
+Measured on an H200 (see ``benchmarks/results``): a small host's training step is bound by kernel launches from
+the one Python thread, so CUDA streams alone overlap nothing; captured as a CUDA graph, a step costs one launch,
+and graphs replayed on one stream per sub-env let several small hosts share the GPU. So, on CUDA:
+
+* each sub-env owns a stream; its training step and its validation pass (with all counterfactual
+  configurations) are captured as CUDA graphs and replayed on that stream, round-robin over sub-envs batch by
+  batch;
+* a graph is re-captured only when a lifecycle op changed the slot modules or their forward modes (the
+  signature below); the first batches after a change run eagerly as warm-up, and they are real training steps,
+  so capturing changes nothing in the trajectory;
+* capture uses ``CUDAGraph.capture_begin/end`` directly: ``torch.cuda.graph`` would synchronise the device
+  and run the garbage collector at every capture;
+* a graph does not keep alive the tensors it reads, so each graph is stored with the modules it was captured
+  from and dropped only together with them.
+
+On CPU (and with ``execution="eager"``) the same :class:`~esper_env.training.HostTrainer` methods run eagerly on
+the current stream. Either way the step ends with exactly one device-to-host copy of all sub-envs' metrics per
+device. Nothing outside this module touches streams or graphs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from esper_env.config import EnvConfig
+from esper_env.data import load_dataset
+from esper_env.training import HostTrainer, MetricLayout
+
+WARMUP_BATCHES = 2  # eager steps before a capture: lets autograd, cuDNN and the allocator settle
+
+
+@dataclass
+class EpochControl:
+    """What one sub-env's next epoch needs from the rules: alphas, learning rates, fault injection."""
+
+    alphas: list[float]
+    lrs: tuple[float, float]
+    fault: tuple[float, float] = (1.0, 0.0)  # loss scale, loss shift
+
+
+@dataclass
+class GraphSet:
+    signature: tuple
+    keep: tuple = ()  # the modules the graphs read; see the module docstring
+    warm: int = 0
+    train: torch.cuda.CUDAGraph | None = None
+    eval: torch.cuda.CUDAGraph | None = None
+    pool: tuple = field(default_factory=tuple)
+
+
+def resolve_devices(cfg: EnvConfig, num_envs: int) -> list[torch.device]:
+    """The device of each sub-env: round-robin over ``cfg.devices``, else ``cfg.device``."""
+    names = list(cfg.devices) if cfg.devices else [cfg.device]
+    devices = [torch.device(_resolve(name)) for name in names]
+    for device in devices:
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device={device} requested but CUDA is not available; expected 'cpu' or 'auto'")
+    return [devices[i % len(devices)] for i in range(num_envs)]
+
+
+def _resolve(name: str) -> str:
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        torch.device(name)
+    except RuntimeError as error:
+        expected = "expected 'auto', 'cpu', 'cuda' or 'cuda:N'"
+        raise ValueError(f"device={name!r} is not a torch device; {expected}") from error
+    return name
+
+
+class Engine:
+    """Owns every sub-env's :class:`HostTrainer`, their streams and graphs, and the per-step metrics sync."""
+
+    def __init__(self, cfg: EnvConfig, num_envs: int) -> None:
+        self.cfg, self.num_envs = cfg, num_envs
+        self.layout = MetricLayout(cfg.num_slots)
+        self.devices = resolve_devices(cfg, num_envs)
+        on_cuda = all(d.type == "cuda" for d in self.devices)
+        self.use_graphs = cfg.execution == "graph" or (cfg.execution == "auto" and on_cuda)
+        if self.use_graphs and not on_cuda:
+            raise ValueError(f"execution='graph' needs CUDA devices, got {sorted({str(d) for d in self.devices})}")
+        amp = torch.bfloat16 if cfg.precision == "bfloat16" or (cfg.precision == "auto" and on_cuda) else None
+        if on_cuda:
+            torch.backends.cudnn.benchmark = True  # fixed shapes: autotune each conv once
+        self._buffers = {d: torch.zeros(self.devices.count(d), self.layout.size, device=d) for d in set(self.devices)}
+        self._rows = self._assign_rows()
+        self.trainers = [
+            HostTrainer(cfg, load_dataset(cfg, d), self._buffers[d][row], amp, channels_last=on_cuda)
+            for d, row in zip(self.devices, self._rows, strict=True)
+        ]
+        self.streams = [torch.cuda.Stream(d) if self.use_graphs else None for d in self.devices]
+        self._graphs: list[GraphSet | None] = [None] * num_envs
+
+    def _assign_rows(self) -> list[int]:
+        seen: dict[torch.device, int] = {}
+        rows = []
+        for d in self.devices:
+            rows.append(seen.get(d, 0))
+            seen[d] = rows[-1] + 1
+        return rows
+
+    @contextlib.contextmanager
+    def on_stream(self, index: int) -> Iterator[None]:
+        """Issue sub-env ``index``'s work on its own stream (a no-op without streams)."""
+        stream = self.streams[index]
+        if stream is None:
+            yield
+            return
+        stream.wait_stream(torch.cuda.current_stream(stream.device))
+        with torch.cuda.stream(stream):
+            yield
+
+    def run_epoch(self, controls: dict[int, EpochControl], test: Sequence[int] = ()) -> np.ndarray:
+        """Train and validate the sub-envs in ``controls`` for one epoch; return all metrics ``(N, M)``.
+
+        Rows of sub-envs not in ``controls`` hold stale values. ``test`` lists sub-envs to measure on the test set.
+        """
+        active = sorted(controls)
+        for i in active:
+            with self.on_stream(i):
+                self._refresh_graphs(i)
+                self.trainers[i].begin_epoch(controls[i].alphas, controls[i].lrs, controls[i].fault)
+        for _ in range(self.trainers[0].batches_per_epoch):
+            for i in active:
+                with self.on_stream(i):
+                    self._train_batch(i)
+        for i in active:
+            with self.on_stream(i):
+                self._evaluate(i)
+                if i in test:
+                    self.trainers[i].evaluate_test()
+        return self.fetch_metrics()
+
+    def fetch_metrics(self) -> np.ndarray:
+        """Wait for every stream and copy all metrics to the host: the step's one sync (per device)."""
+        for stream in self.streams:
+            if stream is not None:
+                torch.cuda.current_stream(stream.device).wait_stream(stream)
+        host = {d: buf.cpu().numpy() for d, buf in self._buffers.items()}  # sync: once per step and device
+        return np.stack([host[d][row] for d, row in zip(self.devices, self._rows, strict=True)])
+
+    # --- graphs ------------------------------------------------------------------------------------------
+    def _signature(self, i: int) -> tuple:
+        slots = self.trainers[i].model.slots
+        return tuple((id(s.seed), id(s.gate), int(s.mode)) for s in slots)
+
+    def _refresh_graphs(self, i: int) -> None:
+        if not self.use_graphs:
+            return
+        signature = self._signature(i)
+        current = self._graphs[i]
+        if current is None or current.signature != signature:
+            slots = self.trainers[i].model.slots
+            keep = tuple(m for s in slots for m in (s.seed, s.gate) if m is not None)
+            self._graphs[i] = GraphSet(signature, keep=keep, pool=(torch.cuda.graph_pool_handle(),))
+
+    def _train_batch(self, i: int) -> None:
+        trainer, graphs = self.trainers[i], self._graphs[i]
+        if graphs is None:
+            trainer.train_step()
+            return
+        if graphs.train is None:
+            if graphs.warm < WARMUP_BATCHES:
+                graphs.warm += 1
+                trainer.train_step()
+                return
+            graphs.train = self._capture(trainer.train_step, graphs)
+        graphs.train.replay()
+
+    def _evaluate(self, i: int) -> None:
+        trainer, graphs = self.trainers[i], self._graphs[i]
+        if graphs is not None and graphs.eval is not None:
+            graphs.eval.replay()
+            return
+        trainer.evaluate()
+        if graphs is not None:
+            graphs.eval = self._capture(trainer.evaluate, graphs)
+
+    def _capture(self, fn, graphs: GraphSet) -> torch.cuda.CUDAGraph:
+        graph = torch.cuda.CUDAGraph()
+        graph.capture_begin(pool=graphs.pool[0], capture_error_mode="thread_local")
+        try:
+            fn()
+        finally:
+            graph.capture_end()
+        return graph
+
+    def release_graphs(self, i: int) -> None:
+        """Drop sub-env ``i``'s graphs (before its modules are freed, e.g. at reset)."""
+        self._graphs[i] = None

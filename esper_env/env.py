@@ -1,0 +1,161 @@
+"""``EsperEnv``: the single-environment face of :class:`~esper_env.vector_env.EsperVectorEnv` (width 1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from esper_env.vector_env import EsperVectorEnv
+
+
+class EsperEnv(gym.Env):
+    """
+    ## Description
+    A small host CNN trains on CIFAR-10 (or a synthetic stand-in) inside the environment. Once per host epoch
+    the agent may plant a *seed* module (a small residual block from a catalogue of *blueprints*) in one of the
+    host's *slots*, let it blend in, keep it for good (*fossilize*) or remove it (*prune*). The goal: the best
+    final validation accuracy for the fewest added parameters. One step = one host training epoch plus
+    validation with counterfactual measurements (each blended seed's accuracy contribution).
+
+    ## Action Space
+    ``MultiDiscrete([5, num_slots, 7, 3, 3])``, heads in this order:
+
+    | head | values |
+    |------|--------|
+    | op | 0 WAIT, 1 GERMINATE, 2 ADVANCE, 3 PRUNE, 4 FOSSILIZE |
+    | slot | slot index, in forward order (default 3 slots after the 3 host blocks) |
+    | blueprint | 0 norm, 1 attention, 2 depthwise, 3 conv_small, 4 bottleneck, 5 conv_light, 6 conv_heavy |
+    | blend | 0 linear, 1 cosine, 2 gated |
+    | tempo | blending ramp of 0: 3, 1: 5, 2: 8 epochs |
+
+    WAIT reads only ``op``; GERMINATE reads every head; ADVANCE, PRUNE and FOSSILIZE read ``op`` and ``slot``
+    (``esper_env.spaces.HEAD_RELEVANCE``). Heads an op does not read are ignored. Masks after every reset and
+    step: ``info["action_mask"]`` (flat bool, the op mask then each head's marginal; also ``action_masks()``)
+    and ``info["op_slot_mask"]`` (bool ``(5, num_slots)``, exact). An action the masks forbid is executed as
+    WAIT with ``info["invalid_action"] = True``; a malformed action (shape, dtype, range, NaN) raises
+    ``ValueError`` and changes nothing.
+
+    ## Observation Space
+    ``Box(-1, 1, (31 + 25 * num_slots,), float32)``; 106 values with the default 3 slots. Unknown values
+    are -1. Global part:
+
+    | index | name | meaning |
+    |-------|------|---------|
+    | 0 | progress | epochs done / max_epochs |
+    | 1 | val_accuracy | validation accuracy (fraction) |
+    | 2 | val_loss | symlog(validation loss) / 4 |
+    | 3 | train_accuracy | training accuracy over the epoch (fraction) |
+    | 4 | train_loss | symlog(training loss) / 4 |
+    | 5-9 | val_accuracy_history | previous validation accuracies, newest first (-1: none) |
+    | 10-14 | val_loss_history | previous symlog(validation loss) / 4, newest first (-1: none) |
+    | 15 | accuracy_delta | clip(10 * change of validation accuracy, -1, 1) |
+    | 16 | seed_param_ratio | clip(alpha-weighted seed parameters / host parameters, 0, 4) / 4 |
+    | 17-24 | stage_counts | slots in each stage / number of slots |
+    | 25-29 | last_op | one-hot of the op executed last step (all 0 at reset) |
+    | 30 | last_action_valid | 1 if the last action was valid, 0 if it was executed as WAIT |
+
+    Then, for slot ``i``, 25 values starting at ``31 + 25 * i``:
+
+    | offset | name | meaning |
+    |--------|------|---------|
+    | +0-7 | stage | one-hot stage: DORMANT, GERMINATED, TRAINING, BLENDING, HOLDING, FOSSILIZED, PRUNED, EMBARGOED |
+    | +8 | alpha | blending amplitude used in the coming epoch |
+    | +9 | contribution | clip(counterfactual contribution in pp / 10, -1, 1); 0 if never measured |
+    | +10 | contribution_freshness | 0.8 ** epochs since measured; -1 if never measured |
+    | +11 | epochs_in_stage | epochs in the current stage / max_epochs |
+    | +12 | seed_age | epochs since germination / max_epochs |
+    | +13-19 | blueprint | one-hot blueprint (all 0 without a seed) |
+    | +20-22 | blend | one-hot blending curve (all 0 without a seed) |
+    | +23 | tempo | blending ramp length / 8 (0 without a seed) |
+    | +24 | grad_ratio | symlog(seed / host gradient norm) / 4; -1 if not measured |
+
+    ## Rewards
+    Default ``reward_mode="accuracy"``: the change of validation accuracy (fraction) minus ``param_penalty``
+    times the change of alpha-weighted seed parameters relative to the host, plus optional stage shaping
+    (``pbrs_weight``, discount ``pbrs_gamma``) and op costs; the return telescopes to final accuracy minus
+    chance minus the parameter cost. ``"contribution"`` and ``"sparse"`` modes: see ``esper_env.rewards``.
+    A governor rollback gives ``-rollback_penalty``.
+
+    ## Starting State
+    Fresh host weights (from the reset seed), every slot DORMANT, the observation's measurements unknown (-1).
+
+    ## Episode End
+    ``truncated=True`` after ``max_epochs`` steps (default 25). ``terminated=True`` only when the governor
+    rolls a diverged host back (non-finite or too large loss); ``info["rollback"]`` says so.
+
+    ## Info
+    After every step: ``action_mask``, ``op_slot_mask``, ``invalid_action``, ``executed_op``, ``epoch``,
+    ``val_accuracy``, ``val_loss``, ``train_accuracy``, ``train_loss``, ``host_only_accuracy``,
+    ``seed_params``, ``images_trained``, per slot ``stage``, ``alpha``, ``blueprint``, ``contribution`` (pp,
+    NaN when not measured this step) and ``holding_timeout``; ``rollback``; ``test_accuracy`` at the last step
+    when ``report_test_accuracy=True``.
+
+    ## Arguments
+    Every field of :class:`esper_env.config.EnvConfig` is a keyword argument of ``gym.make`` and
+    ``gym.make_vec``, e.g. ``gym.make("Esper-CIFAR10-v0", max_epochs=25, device="cuda")``.
+
+    ## Version History
+    * v0: initial release.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, render_mode: str | None = None, **kwargs: Any) -> None:
+        kwargs.pop("autoreset_mode", None)  # the single env resets explicitly
+        self._vector = EsperVectorEnv(num_envs=1, render_mode=render_mode, autoreset_mode="Disabled", **kwargs)
+        self.config = self._vector.config
+        self.render_mode = render_mode
+        self.action_space = self._vector.single_action_space
+        self.observation_space = self._vector.single_observation_space
+        self._masks = self._vector.action_masks()[0]
+
+    @property
+    def pbrs_gamma(self) -> float:
+        return self._vector.pbrs_gamma
+
+    @property
+    def pbrs_weight(self) -> float:
+        return self._vector.pbrs_weight
+
+    @property
+    def vector_env(self) -> EsperVectorEnv:
+        return self._vector
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        if seed is None and self._vector._rngs[0] is None:
+            seed = int(self.np_random.integers(2**63))
+        obs, info = self._vector.reset(seed=seed, options=options)
+        return obs[0].copy(), self._unbatch(info)
+
+    def step(self, action: Any):
+        batched = np.asarray(action)[None] if np.ndim(action) == 1 else action
+        if np.ndim(action) != 1:
+            raise ValueError(f"action has shape {np.shape(action)}; expected ({len(self.action_space.nvec)},)")
+        obs, reward, terminated, truncated, info = self._vector.step(batched)
+        return obs[0].copy(), float(reward[0]), bool(terminated[0]), bool(truncated[0]), self._unbatch(info)
+
+    def action_masks(self) -> np.ndarray:
+        """The current flat (marginal) mask: what sb3-contrib's MaskablePPO reads."""
+        return self._masks.copy()
+
+    def op_slot_mask(self) -> np.ndarray:
+        return self._vector.op_slot_masks()[0]
+
+    def _unbatch(self, info: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for key, value in info.items():
+            if key.startswith("_") or not info.get(f"_{key}", np.ones(1, dtype=bool))[0]:
+                continue
+            if isinstance(value, dict):
+                out[key] = self._unbatch(value)
+            else:
+                item = value[0]
+                out[key] = item.copy() if isinstance(item, np.ndarray) else item
+        self._masks = out.get("action_mask", self._masks)
+        return out
+
+    def close(self) -> None:
+        self._vector.close()

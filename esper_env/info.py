@@ -1,0 +1,98 @@
+"""The ``info`` dicts of the vector env: what each step measured and did, as arrays over sub-envs.
+
+Gymnasium's vector convention: every key ``k`` holds an array of length ``num_envs`` and ``info["_k"]`` a bool
+array marking the sub-envs for which it is set. The masks (``action_mask``, ``op_slot_mask``) are set for every
+sub-env after every reset and step; the step keys are set for the sub-envs that trained this step (not for
+sub-envs that were reset instead under the NEXT_STEP autoreset mode).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from esper_env.episode import Episode, Measurement
+
+
+@dataclass
+class StepRecord:
+    """One sub-env's step, filled in two halves: before and after the epoch."""
+
+    valid: bool
+    op: int
+    previous: tuple[float, float, float]  # accuracy, seed params, potential before the step
+    pruned_contribution: float
+    reward: float = 0.0
+    measurement: Measurement | None = None
+    terminated: bool = False
+    truncated: bool = False
+    rollback: bool = False
+    holding_timeout: list[bool] = field(default_factory=list)
+
+    def finish(self, reward: float, measurement: Measurement, terminated: bool = False, truncated: bool = False,
+               rollback: bool = False, holding_timeout: list[bool] | None = None) -> None:
+        self.reward, self.measurement = reward, measurement
+        self.terminated, self.truncated, self.rollback = terminated, truncated, rollback
+        self.holding_timeout = holding_timeout or []
+
+
+def reset_info(op_slot: np.ndarray, flat_masks: np.ndarray, reset: np.ndarray) -> dict[str, np.ndarray]:
+    everyone = np.ones(op_slot.shape[0], dtype=bool)
+    return {"action_mask": flat_masks, "_action_mask": everyone, "op_slot_mask": op_slot.copy(),
+            "_op_slot_mask": everyone, "reset": reset.copy(), "_reset": everyone}
+
+
+def build_step_info(records: dict[int, StepRecord], episodes: list[Episode], op_slot: np.ndarray,
+                    flat_masks: np.ndarray, seed_params: list[float]) -> dict[str, np.ndarray]:
+    n, num_slots = op_slot.shape[0], op_slot.shape[2]
+    stepped = np.zeros(n, dtype=bool)
+    stepped[list(records)] = True
+    info = reset_info(op_slot, flat_masks, ~stepped)
+    columns: dict[str, list] = {key: [] for key in _PER_ENV}
+    for i in range(n):
+        row = _row(records.get(i), episodes[i], seed_params[i], num_slots)
+        for key in _PER_ENV:
+            columns[key].append(row[key])
+    for key, dtype in _PER_ENV.items():
+        info[key], info[f"_{key}"] = np.array(columns[key], dtype=dtype), stepped.copy()
+    tested = np.array([i in records and records[i].measurement is not None
+                       and records[i].measurement.test_accuracy is not None for i in range(n)])
+    if tested.any():
+        info["test_accuracy"] = np.array([records[i].measurement.test_accuracy if tested[i] else np.nan
+                                          for i in range(n)])
+        info["_test_accuracy"] = tested
+    return info
+
+
+_PER_ENV = {
+    "invalid_action": bool, "executed_op": np.int64, "epoch": np.int64, "rollback": bool,
+    "val_accuracy": np.float64, "val_loss": np.float64, "train_accuracy": np.float64, "train_loss": np.float64,
+    "host_only_accuracy": np.float64, "seed_params": np.float64, "images_trained": np.int64,
+    "stage": np.int64, "alpha": np.float64, "blueprint": np.int64, "contribution": np.float64,
+    "holding_timeout": bool,
+}
+
+
+def _row(record: StepRecord | None, ep: Episode, seed_params: float, num_slots: int) -> dict:
+    m = record.measurement if record else None
+    nan = float("nan")
+    return {
+        "invalid_action": bool(record and not record.valid),
+        "executed_op": record.op if record else 0,
+        "epoch": ep.epoch,
+        "rollback": bool(record and record.rollback),
+        "val_accuracy": m.val_accuracy if m else nan,
+        "val_loss": m.val_loss if m else nan,
+        "train_accuracy": m.train_accuracy if m else nan,
+        "train_loss": m.train_loss if m else nan,
+        "host_only_accuracy": m.host_only_accuracy if m else nan,
+        "seed_params": seed_params,
+        "images_trained": m.images_trained if m else 0,
+        "stage": [int(s.stage) for s in ep.slots],
+        "alpha": [s.alpha for s in ep.slots],
+        "blueprint": [s.blueprint for s in ep.slots],
+        "contribution": [s.contribution if s.contribution is not None and s.contribution_age == 0 else nan
+                         for s in ep.slots],
+        "holding_timeout": (record.holding_timeout if record and record.holding_timeout else [False] * num_slots),
+    }

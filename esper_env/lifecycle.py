@@ -1,0 +1,283 @@
+"""The seed lifecycle: stages, the one transition table, timers and gates. Pure Python, no torch.
+
+Every set of stages used anywhere in the package is derived here from :data:`TRANSITIONS` (plus the name of the
+one stage where blending happens), so that a change to the table changes every rule that depends on it.
+
+One slot's state is a frozen :class:`SlotState`; the functions below return new states. The lifecycle ops
+(:func:`germinate`, :func:`advance`, :func:`prune`, :func:`fossilize`) are applied before the host trains an
+epoch; :func:`tick` runs after the epoch has been trained and measured and advances the timers (auto-advance,
+the alpha ramp, the holding timeout, the embargo).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+from types import MappingProxyType
+
+from esper_env.config import EnvConfig
+
+
+class Stage(IntEnum):
+    DORMANT = 0
+    GERMINATED = 1
+    TRAINING = 2
+    BLENDING = 3
+    HOLDING = 4
+    FOSSILIZED = 5
+    PRUNED = 6
+    EMBARGOED = 7
+
+
+S = Stage
+TRANSITIONS: Mapping[Stage, tuple[Stage, ...]] = MappingProxyType({
+    S.DORMANT: (S.GERMINATED,),
+    S.GERMINATED: (S.TRAINING, S.PRUNED),
+    S.TRAINING: (S.BLENDING, S.PRUNED),
+    S.BLENDING: (S.HOLDING, S.PRUNED),
+    S.HOLDING: (S.FOSSILIZED, S.PRUNED),
+    S.FOSSILIZED: (),
+    S.PRUNED: (S.EMBARGOED,),
+    S.EMBARGOED: (S.DORMANT,),
+})
+
+
+def sources_of(target: Stage) -> frozenset[Stage]:
+    """The stages from which the table allows a move to ``target``."""
+    return frozenset(s for s, successors in TRANSITIONS.items() if target in successors)
+
+
+def reachable_from(start: Stage, avoid: frozenset[Stage] = frozenset()) -> frozenset[Stage]:
+    """``start`` and every stage reachable from it without entering a stage in ``avoid``."""
+    seen, frontier = {start}, [start]
+    while frontier:
+        for nxt in TRANSITIONS[frontier.pop()]:
+            if nxt not in seen and nxt not in avoid:
+                seen.add(nxt)
+                frontier.append(nxt)
+    return frozenset(seen)
+
+
+TERMINAL = frozenset(s for s, successors in TRANSITIONS.items() if not successors)
+SEEDED = reachable_from(S.GERMINATED, avoid=sources_of(S.DORMANT) | {S.PRUNED})
+"""Stages in which a seed module exists (live or fossilized): they count toward ``max_seeds``."""
+LIVE = SEEDED - TERMINAL
+"""Seeded stages whose fate is still open: they may be pruned or advanced."""
+COOLDOWN = reachable_from(S.PRUNED, avoid=frozenset({S.DORMANT}))
+"""Stages between a prune and the slot being free again."""
+GERMINABLE = sources_of(S.GERMINATED)
+PRUNABLE = sources_of(S.PRUNED)
+FOSSILIZABLE = sources_of(S.FOSSILIZED)
+
+
+def _growth_successor(stage: Stage) -> Stage | None:
+    """The next live stage on the way from germination to the terminal stage, if any."""
+    nxt = [s for s in TRANSITIONS[stage] if s in LIVE]
+    return nxt[0] if stage in LIVE and nxt else None
+
+
+ADVANCE_TARGET: Mapping[Stage, Stage] = MappingProxyType(
+    {s: t for s in Stage if (t := _growth_successor(s)) is not None}
+)
+"""Where the ADVANCE op (or auto-advance) moves a seed from each stage that has a next growth stage."""
+
+
+def _growth_path() -> tuple[Stage, ...]:
+    path = [next(t for s in GERMINABLE for t in TRANSITIONS[s] if t in LIVE)]
+    while path[-1] in ADVANCE_TARGET:
+        path.append(ADVANCE_TARGET[path[-1]])
+    return tuple(path)
+
+
+GROWTH_PATH = _growth_path()
+"""Live stages in growth order, from germination to the stage that waits for FOSSILIZE."""
+BLEND_STAGE = S.BLENDING
+INCUBATING = frozenset(GROWTH_PATH[: GROWTH_PATH.index(BLEND_STAGE)])
+"""Seeds that learn beside the host by straight-through: their forward value is exactly the host's."""
+FULLY_BLENDED = SEEDED - INCUBATING - {BLEND_STAGE}
+"""Seeds at alpha = 1 that read the host's features without detach."""
+
+
+class ForwardMode(IntEnum):
+    """How a slot combines host features ``h`` with its seed's output ``s`` (see ``host.SlotModule``)."""
+
+    OFF = 0  # h
+    INCUBATE = 1  # h + (s(h.detach()) - s.detach()): value h, the seed learns from dL/dh
+    BLEND = 2  # h + alpha * (s(h.detach()) - h)
+    FULL = 3  # h + alpha * (s(h) - h), alpha = 1: upstream host layers learn through the seed
+
+
+def forward_mode(stage: Stage) -> ForwardMode:
+    if stage in INCUBATING:
+        return ForwardMode.INCUBATE
+    if stage == BLEND_STAGE:
+        return ForwardMode.BLEND
+    if stage in FULLY_BLENDED:
+        return ForwardMode.FULL
+    return ForwardMode.OFF
+
+
+BLEND_CURVES = ("linear", "cosine", "gated")
+TEMPOS = (3, 5, 8)
+
+
+def blend_curve(curve: int, progress: float) -> float:
+    """Alpha at ``progress`` in [0, 1] of the ramp; the gated curve ramps its amplitude linearly."""
+    progress = min(max(progress, 0.0), 1.0)
+    if BLEND_CURVES[curve] == "cosine":
+        return 0.5 * (1.0 - math.cos(math.pi * progress))
+    return progress
+
+
+@dataclass(frozen=True)
+class SlotState:
+    """Everything the rules know about one slot. Measurements are recorded by :func:`record_epoch`."""
+
+    stage: Stage = Stage.DORMANT
+    blueprint: int = -1  # index into spaces.BLUEPRINT_NAMES; -1 = none
+    blend: int = -1  # index into BLEND_CURVES
+    tempo: int = 0  # blending ramp length (epochs)
+    epochs_in_stage: int = 0
+    age: int = 0  # epochs since germination
+    blend_step: int = 0  # 1..tempo while BLENDING
+    alpha: float = 0.0  # amplitude used by the next epoch
+    contribution: float | None = None  # last measured counterfactual contribution (percentage points)
+    contribution_age: int = 0  # epochs since it was measured
+    grad_norm: float | None = None  # seed gradient norm over the last epoch (None = not measured)
+    grad_ratio: float | None = None  # seed gradient norm / host gradient norm over the last epoch
+
+    @property
+    def has_seed(self) -> bool:
+        return self.stage in SEEDED
+
+    @property
+    def gradient_healthy(self) -> bool:
+        return self.grad_norm is not None and math.isfinite(self.grad_norm) and self.grad_norm > 0.0
+
+
+EMPTY = SlotState()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Gates: may an op be applied? (masks.py turns these into masks)
+# ----------------------------------------------------------------------------------------------------------
+def may_germinate(slots: tuple[SlotState, ...], index: int, cfg: EnvConfig) -> bool:
+    if slots[index].stage not in GERMINABLE:
+        return False
+    if sum(s.has_seed for s in slots) >= cfg.seed_limit:
+        return False
+    return not (cfg.one_seed_incubating and any(s.stage in INCUBATING for s in slots))
+
+
+def may_advance(state: SlotState, cfg: EnvConfig) -> bool:
+    """ADVANCE is an op only without auto-advance; with it, the timers do the same moves."""
+    return not cfg.auto_advance and _advance_gate(state, cfg)
+
+
+def _advance_gate(state: SlotState, cfg: EnvConfig) -> bool:
+    target = ADVANCE_TARGET.get(state.stage)
+    if target is None:
+        return False
+    if target == BLEND_STAGE:
+        return state.epochs_in_stage >= cfg.min_training_epochs and state.gradient_healthy
+    if state.stage == BLEND_STAGE:
+        return state.blend_step >= state.tempo
+    return True
+
+
+def may_prune(state: SlotState, cfg: EnvConfig) -> bool:
+    return state.stage in PRUNABLE and state.age >= cfg.min_prune_age
+
+
+def may_fossilize(state: SlotState, cfg: EnvConfig) -> bool:
+    return (
+        state.stage in FOSSILIZABLE
+        and state.contribution is not None
+        and state.contribution >= cfg.fossilize_min_contribution
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Ops
+# ----------------------------------------------------------------------------------------------------------
+def germinate(state: SlotState, blueprint: int, blend: int, tempo_index: int) -> SlotState:
+    _require_move(state, S.GERMINATED)
+    return SlotState(stage=S.GERMINATED, blueprint=blueprint, blend=blend, tempo=TEMPOS[tempo_index])
+
+
+def advance(state: SlotState) -> SlotState:
+    target = ADVANCE_TARGET.get(state.stage)
+    if target is None:
+        raise ValueError(f"stage {state.stage.name} has no stage to advance to")
+    _require_move(state, target)
+    if target == BLEND_STAGE:
+        return dataclasses.replace(_enter(state, target), blend_step=1, alpha=blend_curve(state.blend, 1 / state.tempo))
+    if target in FULLY_BLENDED:
+        return dataclasses.replace(_enter(state, target), alpha=1.0)
+    return _enter(state, target)
+
+
+def prune(state: SlotState) -> SlotState:
+    _require_move(state, S.PRUNED)
+    return SlotState(stage=S.PRUNED)
+
+
+def fossilize(state: SlotState) -> SlotState:
+    _require_move(state, S.FOSSILIZED)
+    return dataclasses.replace(_enter(state, S.FOSSILIZED), alpha=1.0)
+
+
+def _enter(state: SlotState, stage: Stage) -> SlotState:
+    return dataclasses.replace(state, stage=stage, epochs_in_stage=0)
+
+
+def _require_move(state: SlotState, target: Stage) -> None:
+    if target not in TRANSITIONS[state.stage]:
+        raise ValueError(f"illegal lifecycle move {state.stage.name} -> {target.name}")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# After an epoch: record measurements, then advance timers
+# ----------------------------------------------------------------------------------------------------------
+def record_epoch(
+    state: SlotState, contribution: float | None, grad_norm: float | None, grad_ratio: float | None
+) -> SlotState:
+    """Store this epoch's measurements (contribution is None when it was not measured)."""
+    if not state.has_seed:
+        return state
+    if contribution is None:
+        return dataclasses.replace(state, contribution_age=state.contribution_age + 1, grad_norm=grad_norm,
+                                   grad_ratio=grad_ratio)
+    return dataclasses.replace(state, contribution=contribution, contribution_age=0, grad_norm=grad_norm,
+                               grad_ratio=grad_ratio)
+
+
+def tick(state: SlotState, cfg: EnvConfig) -> tuple[SlotState, str | None]:
+    """Advance one epoch of timers. Returns the new state and an event name (``"holding_timeout"``) or None."""
+    aged = dataclasses.replace(
+        state, epochs_in_stage=state.epochs_in_stage + 1, age=state.age + (1 if state.has_seed else 0)
+    )
+    if aged.stage == S.PRUNED:
+        return _enter(aged, S.EMBARGOED), None
+    if aged.stage == S.EMBARGOED:
+        return (EMPTY if aged.epochs_in_stage >= cfg.embargo_epochs else aged), None
+    if aged.stage == BLEND_STAGE and aged.blend_step < aged.tempo:
+        step = aged.blend_step + 1
+        return dataclasses.replace(aged, blend_step=step, alpha=blend_curve(aged.blend, step / aged.tempo)), None
+    if aged.stage in FOSSILIZABLE and aged.epochs_in_stage >= cfg.max_holding_epochs:
+        return prune(aged), "holding_timeout"
+    if cfg.auto_advance and _advance_gate(aged, cfg):
+        return advance(aged), None
+    return aged, None
+
+
+__all__ = [
+    "Stage", "TRANSITIONS", "SlotState", "EMPTY", "ForwardMode", "forward_mode", "BLEND_CURVES", "TEMPOS",
+    "SEEDED", "LIVE", "TERMINAL", "COOLDOWN", "GERMINABLE", "PRUNABLE", "FOSSILIZABLE", "INCUBATING",
+    "FULLY_BLENDED", "ADVANCE_TARGET", "GROWTH_PATH", "BLEND_STAGE", "sources_of", "reachable_from",
+    "may_germinate", "may_advance", "may_prune", "may_fossilize", "germinate", "advance", "prune", "fossilize",
+    "record_epoch", "tick", "blend_curve",
+]

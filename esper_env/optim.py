@@ -1,0 +1,61 @@
+"""Nesterov SGD whose learning rates live in a device tensor, so a CUDA graph can replay it across epochs."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class NesterovSGD:
+    """SGD with Nesterov momentum for the host (with weight decay) and one group per seed (without).
+
+    Same update as ``torch.optim.SGD(nesterov=True, dampening=0)``; the difference is that the learning rate is
+    read from ``lr[0]`` (host) and ``lr[1]`` (seeds) at run time, and that a seed's momentum buffers are dropped
+    with :meth:`remove_group` when the seed is pruned.
+    """
+
+    def __init__(self, host_params: list[nn.Parameter], momentum: float, weight_decay: float) -> None:
+        self.momentum, self.weight_decay = momentum, weight_decay
+        self.host = (list(host_params), [torch.zeros_like(p) for p in host_params])
+        self.seeds: dict[int, tuple[list[nn.Parameter], list[torch.Tensor]]] = {}
+
+    def add_group(self, slot: int, params: list[nn.Parameter]) -> None:
+        self.seeds[slot] = (list(params), [torch.zeros_like(p) for p in params])
+
+    def remove_group(self, slot: int) -> None:
+        self.seeds.pop(slot, None)
+
+    def _all(self) -> list[tuple[list[nn.Parameter], list[torch.Tensor]]]:
+        return [self.host, *self.seeds.values()]
+
+    def zero_grad(self) -> None:
+        for params, _ in self._all():
+            for p in params:
+                p.grad = None
+
+    @torch.no_grad()
+    def reset_state(self) -> None:
+        for _, buffers in self._all():
+            torch._foreach_zero_(buffers)
+
+    @torch.no_grad()
+    def step(self, lr: torch.Tensor) -> None:
+        self._update(*self.host, lr[0], self.weight_decay)
+        seed_params = [p for params, _ in self.seeds.values() for p in params]
+        seed_buffers = [b for _, buffers in self.seeds.values() for b in buffers]
+        self._update(seed_params, seed_buffers, lr[1], 0.0)
+
+    def _update(self, params: list[nn.Parameter], buffers: list[torch.Tensor], lr: torch.Tensor,
+                weight_decay: float) -> None:
+        pairs = [(p, b) for p, b in zip(params, buffers, strict=True) if p.grad is not None]
+        if not pairs:
+            return
+        params, buffers = [p for p, _ in pairs], [b for _, b in pairs]
+        grads = [p.grad for p in params]
+        if weight_decay:
+            grads = torch._foreach_add(grads, params, alpha=weight_decay)
+        torch._foreach_mul_(buffers, self.momentum)
+        torch._foreach_add_(buffers, grads)
+        update = torch._foreach_add(grads, buffers, alpha=self.momentum)
+        torch._foreach_mul_(update, lr)
+        torch._foreach_sub_(params, update)

@@ -1,0 +1,80 @@
+"""Rewards: pure functions of one step's measured consequences. No torch.
+
+Mode ``"accuracy"`` (default), with A_t the validation accuracy (fraction), P_t the alpha-weighted parameters
+of live and fossilized seeds, P_host the host's parameters and Phi the summed stage potentials of the slots::
+
+    r_t = (A_t - A_{t-1}) - param_penalty * (P_t - P_{t-1}) / P_host
+          + pbrs_weight * (pbrs_gamma * Phi_t - Phi_{t-1}) - op_cost * [op != WAIT] - invalid_action_penalty * [invalid]
+
+so an episode's return telescopes to ``(A_T - A_0) - param_penalty * P_T / P_host`` plus the shaping sum (which
+does not change the optimal policy when the agent's gamma equals ``pbrs_gamma``) minus the op costs. A_0 is
+chance accuracy (0.1): the untrained host is not measured at reset.
+
+Mode ``"contribution"`` replaces the accuracy delta by the counterfactual contributions of the seeds measured
+this step (sum, in fractions) and, on the step a seed is pruned, minus its last measured contribution (pruning
+a harmful seed earns what it was costing). Mode ``"sparse"`` pays only at the last step:
+``clip(sparse_scale * (A_T - param_penalty * P_T / P_host), -sparse_clip, sparse_clip)`` (clipped *after*
+scaling). A governor rollback replaces the step's reward by ``-rollback_penalty`` in every mode.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from esper_env.config import EnvConfig
+
+CHANCE_ACCURACY = 0.1
+
+
+class RewardInputs(NamedTuple):
+    accuracy: float  # A_t, fraction
+    previous_accuracy: float  # A_{t-1}
+    seed_params: float  # P_t
+    previous_seed_params: float  # P_{t-1}
+    host_params: int  # P_host
+    potential: float  # Phi_t
+    previous_potential: float  # Phi_{t-1}
+    contributions: tuple[float, ...]  # contributions measured this step (percentage points)
+    pruned_contribution: float  # last contribution of a seed pruned by this step's op, 0 if none (pp)
+    executed_op: bool  # a non-WAIT op was executed
+    invalid: bool  # the action was invalid and executed as WAIT
+    last_step: bool  # this step ends the episode by truncation
+    rollback: bool  # the governor rolled the host back on this step
+
+
+def potential(stages: tuple[int, ...], cfg: EnvConfig) -> float:
+    return float(sum(cfg.stage_potentials[s] for s in stages))
+
+
+def step_reward(x: RewardInputs, cfg: EnvConfig) -> float:
+    """The reward of one sub-env's step; finite for every config and every finite input."""
+    if x.rollback:
+        return -cfg.rollback_penalty
+    param_cost = cfg.param_penalty * _ratio(x.seed_params, x.host_params)
+    if cfg.reward_mode == "sparse":
+        if not x.last_step:
+            return 0.0
+        score = cfg.sparse_scale * (x.accuracy - param_cost)
+        return _clip(score, cfg.sparse_clip)
+    if cfg.reward_mode == "contribution":
+        progress = (sum(x.contributions) - x.pruned_contribution) / 100.0
+    else:
+        progress = x.accuracy - x.previous_accuracy
+    param_delta = param_cost - cfg.param_penalty * _ratio(x.previous_seed_params, x.host_params)
+    shaping = cfg.pbrs_weight * (cfg.pbrs_gamma * x.potential - x.previous_potential)
+    costs = cfg.op_cost * x.executed_op + cfg.invalid_action_penalty * x.invalid
+    return _finite(progress - param_delta + shaping - costs)
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    return numerator / denominator if denominator > 0 else 0.0
+
+
+def _clip(value: float, bound: float) -> float:
+    return _finite(min(max(value, -bound), bound))
+
+
+def _finite(value: float) -> float:
+    """Guard against a non-finite measurement leaking into the reward (the governor handles the cause)."""
+    return value if math.isfinite(value) else 0.0

@@ -1,0 +1,272 @@
+"""``EsperVectorEnv``: the native Gymnasium vector env. It orchestrates and owns no rule.
+
+Each step, in order (DESIGN §2.7): validate the actions; apply each sub-env's lifecycle op (``episode`` and
+``lifecycle`` decide, the engine plants or frees modules); train every sub-env's host one epoch and validate it
+with its counterfactual configurations (``engine``, one host sync); run the governor; record measurements and
+tick the lifecycle timers; compute rewards (``rewards``); build observations (``observation``) and masks
+(``masks``). Spaces, observation layout, reward and info keys are documented on :class:`esper_env.env.EsperEnv`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from esper_env import masks, spaces
+from esper_env.config import EnvConfig
+from esper_env.engine import Engine, EpochControl
+from esper_env.episode import (
+    Episode,
+    Measurement,
+    ModuleChange,
+    apply_action,
+    diverged,
+    finish_epoch,
+    measured_contributions,
+    rollback,
+    seed_params,
+)
+from esper_env.host import host_param_count
+from esper_env.info import StepRecord, build_step_info, reset_info
+from esper_env.lifecycle import forward_mode
+from esper_env.observation import observe
+from esper_env.rewards import CHANCE_ACCURACY, RewardInputs, potential, step_reward
+from esper_env.seeds import seed_param_count
+
+FAULTS = {"nan_loss": (1.0, math.nan), "exploding_loss": (1e6, 0.0), "nan_parameters": (1.0, 0.0)}
+
+
+class EsperVectorEnv(VectorEnv):
+    """``num_envs`` sub-envs, each training its own host CNN; see :class:`esper_env.env.EsperEnv` for the spec."""
+
+    metadata: dict[str, Any] = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(self, num_envs: int = 1, render_mode: str | None = None, **kwargs: Any) -> None:
+        if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
+            raise ValueError(f"num_envs={num_envs!r}; expected an integer >= 1")
+        self.config = cfg = EnvConfig.from_kwargs(**kwargs)
+        self.metadata = {**type(self).metadata, "autoreset_mode": AutoresetMode(cfg.autoreset_mode)}
+        self.num_envs, self.render_mode = num_envs, render_mode
+        self.single_action_space = spaces.action_space(cfg.num_slots)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self.single_observation_space = spaces.observation_space(cfg.num_slots)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self._engine = Engine(cfg, num_envs)
+        self.host_params = host_param_count(cfg.host_widths)
+        self._param_table = self._build_param_table()
+        self._episodes = [Episode.fresh(cfg.num_slots) for _ in range(num_envs)]
+        self._rngs: list[np.random.Generator | None] = [None] * num_envs
+        self._pending_reset = np.zeros(num_envs, dtype=bool)  # NEXT_STEP: reset at the next step
+        self._finished = np.ones(num_envs, dtype=bool)  # needs a reset before it may step
+        self._faults: dict[int, str] = {}
+        self._obs = np.zeros(self.observation_space.shape, dtype=np.float32)
+        self._op_slot = np.zeros((num_envs, len(spaces.Op), cfg.num_slots), dtype=bool)
+
+    # --- public API beyond Gymnasium's ----------------------------------------------------------------------
+    @property
+    def pbrs_gamma(self) -> float:
+        """The discount of the shaping term: an agent's gamma must equal it when ``pbrs_weight`` != 0."""
+        return self.config.pbrs_gamma
+
+    @property
+    def pbrs_weight(self) -> float:
+        return self.config.pbrs_weight
+
+    def action_masks(self) -> np.ndarray:
+        """The flat (marginal) masks, bool ``(num_envs, sum(nvec))``: what MaskablePPO reads."""
+        return np.stack([masks.flat_action_mask(m) for m in self._op_slot])
+
+    def op_slot_masks(self) -> np.ndarray:
+        return self._op_slot.copy()
+
+    def inject_fault(self, index: int, kind: str) -> None:
+        """Testing aid: make sub-env ``index``'s next epoch fail (``"nan_loss"``, ``"exploding_loss"`` or
+        ``"nan_parameters"``) so the governor's rollback can be exercised."""
+        if kind not in FAULTS:
+            raise ValueError(f"fault kind {kind!r}; expected one of {sorted(FAULTS)}")
+        if not 0 <= index < self.num_envs:
+            raise ValueError(f"sub-env index {index}; expected 0 <= index < {self.num_envs}")
+        self._faults[index] = kind
+
+    # --- reset ------------------------------------------------------------------------------------------
+    def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
+        mask = self._reset_mask(options)
+        seeds = self._seed_list(seed)
+        super().reset(seed=seed if isinstance(seed, int) else None)
+        for i in np.flatnonzero(mask):
+            if seeds[i] is not None:
+                self._rngs[i] = np.random.default_rng(seeds[i])
+            elif self._rngs[i] is None:
+                self._rngs[i] = np.random.default_rng(int(self.np_random.integers(2**63)))
+            self._reset_sub_env(i)
+        return self._obs.copy(), reset_info(self._op_slot, self.action_masks(), mask)
+
+    def _reset_mask(self, options: dict[str, Any] | None) -> np.ndarray:
+        options = options or {}
+        unknown = set(options) - {"reset_mask"}
+        if unknown:
+            raise ValueError(f"unknown reset option(s) {sorted(unknown)}; expected only 'reset_mask'")
+        mask = options.get("reset_mask")
+        if mask is None:
+            return np.ones(self.num_envs, dtype=bool)
+        if not (isinstance(mask, np.ndarray) and mask.dtype == np.bool_ and mask.shape == (self.num_envs,)):
+            raise ValueError(f"reset_mask={mask!r}; expected a numpy bool array of shape ({self.num_envs},)")
+        if not mask.any():
+            raise ValueError("reset_mask selects no sub-env; expected at least one True")
+        return mask
+
+    def _seed_list(self, seed: int | list[int | None] | None) -> list[int | None]:
+        if seed is None:
+            return [None] * self.num_envs
+        if isinstance(seed, int) and not isinstance(seed, bool):
+            return [seed + i for i in range(self.num_envs)]
+        if isinstance(seed, list | tuple) and len(seed) == self.num_envs:
+            return list(seed)
+        raise ValueError(f"seed={seed!r}; expected None, an int, or a list of {self.num_envs} ints/None")
+
+    def _reset_sub_env(self, i: int) -> None:
+        rng = self._rngs[i]
+        init_seed, data_seed = (int(v) for v in rng.integers(2**63, size=2))
+        self._engine.release_graphs(i)
+        self._engine.trainers[i].reset(init_seed, data_seed)
+        self._episodes[i] = Episode.fresh(self.config.num_slots)
+        self._sync_modes(i)
+        self._pending_reset[i] = self._finished[i] = False
+        self._faults.pop(i, None)
+        self._refresh_view(i)
+
+    # --- step -------------------------------------------------------------------------------------------
+    def step(self, actions: Any):
+        actions = masks.validate_actions(actions, self.num_envs, self.single_action_space.nvec)
+        stuck = np.flatnonzero(self._finished & ~self._pending_reset)
+        if stuck.size:
+            raise RuntimeError(f"sub-env(s) {stuck.tolist()} must be reset before stepping; call "
+                               "reset() or reset(options={'reset_mask': ...})")
+        resetting = np.flatnonzero(self._pending_reset)
+        for i in resetting:
+            self._reset_sub_env(i)
+        active = [i for i in range(self.num_envs) if i not in set(resetting.tolist())]
+        records = {i: self._begin_step(i, actions[i]) for i in active}
+        test = [i for i in active if self.config.report_test_accuracy
+                and self._episodes[i].epoch + 1 == self.config.max_epochs]
+        controls = {i: self._epoch_control(i) for i in active}
+        metrics = self._engine.run_epoch(controls, test)
+        for i in active:
+            self._finish_step(i, records[i], self._measure(i, metrics[i], i in test))
+        return self._autoreset(records)
+
+    def _begin_step(self, i: int, action: np.ndarray) -> StepRecord:
+        ep = self._episodes[i]
+        valid = masks.is_valid(action, self._op_slot[i])
+        previous = (ep.measurement.val_accuracy if ep.measurement else CHANCE_ACCURACY,
+                    self._seed_params(i), potential(ep.stages, self.config))
+        changes, pruned = apply_action(ep, action, valid)
+        self._apply_changes(i, changes)
+        return StepRecord(valid=valid, op=ep.last_op, previous=previous, pruned_contribution=pruned)
+
+    def _epoch_control(self, i: int) -> EpochControl:
+        ep, cfg = self._episodes[i], self.config
+        fault = self._faults.pop(i, None)
+        if fault == "nan_parameters":
+            seeded = [s for s, state in enumerate(ep.slots) if state.has_seed]
+            self._engine.trainers[i].poison_parameters(seeded[0] if seeded else None)
+        schedule = 0.5 * (1.0 + math.cos(math.pi * ep.epoch / cfg.max_epochs))
+        return EpochControl(alphas=[s.alpha for s in ep.slots], lrs=(cfg.host_lr * schedule, cfg.seed_lr * schedule),
+                            fault=FAULTS[fault] if fault else (1.0, 0.0))
+
+    def _measure(self, i: int, row: np.ndarray, tested: bool) -> Measurement:
+        return self._engine.trainers[i].read_measurement(row, tested)
+
+    def _finish_step(self, i: int, record: StepRecord, m: Measurement) -> None:
+        ep, cfg = self._episodes[i], self.config
+        if diverged(m, cfg):
+            self._engine.trainers[i].restore_snapshot()
+            self._apply_changes(i, rollback(ep))
+            record.finish(reward=step_reward(self._reward_inputs(i, record, rollback=True), cfg),
+                          measurement=m, terminated=True, rollback=True)
+            self._refresh_view(i)
+            return
+        changes, timeouts = finish_epoch(ep, m, cfg)
+        self._apply_changes(i, changes)
+        if ep.epoch % cfg.snapshot_interval == 0:
+            self._engine.trainers[i].save_snapshot()
+        ep.done = ep.epoch >= cfg.max_epochs
+        reward = step_reward(self._reward_inputs(i, record, rollback=False), cfg)
+        record.finish(reward=reward, measurement=m, truncated=ep.done, holding_timeout=timeouts)
+        self._refresh_view(i)
+
+    def _reward_inputs(self, i: int, record: StepRecord, rollback: bool) -> RewardInputs:
+        ep = self._episodes[i]
+        previous_accuracy, previous_params, previous_potential = record.previous
+        m = ep.measurement
+        return RewardInputs(
+            accuracy=m.val_accuracy if m else CHANCE_ACCURACY, previous_accuracy=previous_accuracy,
+            seed_params=self._seed_params(i), previous_seed_params=previous_params,
+            host_params=self.host_params, potential=potential(ep.stages, self.config),
+            previous_potential=previous_potential,
+            contributions=measured_contributions(ep),
+            pruned_contribution=record.pruned_contribution, executed_op=record.op != spaces.Op.WAIT,
+            invalid=not record.valid, last_step=ep.done, rollback=rollback,
+        )
+
+    def _autoreset(self, records: dict[int, StepRecord]):
+        done = np.zeros(self.num_envs, dtype=bool)
+        for i, r in records.items():
+            done[i] = r.terminated or r.truncated
+        info = build_step_info(records, self._episodes, self._op_slot, self.action_masks(),
+                               [self._seed_params(i) for i in range(self.num_envs)])
+        obs = self._obs.copy()
+        mode = self.metadata["autoreset_mode"]
+        if mode == AutoresetMode.NEXT_STEP:
+            self._pending_reset |= done
+        elif mode == AutoresetMode.DISABLED:
+            self._finished |= done
+        elif done.any():
+            info = {**info, "final_obs": np.array(list(obs), dtype=object), "_final_obs": done,
+                    "final_info": info, "_final_info": done}
+            for i in np.flatnonzero(done):
+                self._reset_sub_env(i)
+            obs = self._obs.copy()
+            info.update(reset_info(self._op_slot, self.action_masks(), np.ones(self.num_envs, dtype=bool)))
+        rewards = np.array([records[i].reward if i in records else 0.0 for i in range(self.num_envs)])
+        term = np.array([i in records and records[i].terminated for i in range(self.num_envs)])
+        trunc = np.array([i in records and records[i].truncated for i in range(self.num_envs)])
+        return obs, rewards, term, trunc, info
+
+    # --- helpers ----------------------------------------------------------------------------------------
+    def _apply_changes(self, i: int, changes: list[ModuleChange]) -> None:
+        trainer = self._engine.trainers[i]
+        for change in changes:
+            if change.kind == "plant":
+                init_seed = int(self._rngs[i].integers(2**63))
+                trainer.plant_seed(change.slot, change.blueprint, change.gated, init_seed)
+            else:
+                trainer.remove_seed(change.slot)
+        self._sync_modes(i)
+
+    def _sync_modes(self, i: int) -> None:
+        self._engine.trainers[i].set_modes(tuple(forward_mode(s.stage) for s in self._episodes[i].slots))
+
+    def _seed_params(self, i: int) -> float:
+        return seed_params(self._episodes[i].slots, self._param_table)
+
+    def _refresh_view(self, i: int) -> None:
+        ep = self._episodes[i]
+        self._obs[i] = observe(ep, self.config, self._param_table, self.host_params)
+        self._op_slot[i] = masks.op_slot_mask(ep.slots, self.config)
+
+    def _build_param_table(self) -> np.ndarray:
+        cfg = self.config
+        channels = [cfg.host_widths[b] for b in cfg.slot_block_indices]
+        table = np.zeros((cfg.num_slots, len(spaces.BLUEPRINT_NAMES), 2))
+        for s, c in enumerate(channels):
+            for b in range(len(spaces.BLUEPRINT_NAMES)):
+                table[s, b] = [seed_param_count(b, c, False), seed_param_count(b, c, True)]
+        return table
+
+    def close_extras(self, **kwargs: Any) -> None:
+        self._engine = None

@@ -1,0 +1,59 @@
+"""A random agent that only ever picks valid actions, read from the masks in ``info``.
+
+    python examples/random_agent.py --episodes 2 --num-envs 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import gymnasium as gym
+import numpy as np
+
+import esper_env  # noqa: F401  (registers the Esper ids)
+from esper_env.spaces import HEAD_RELEVANCE, Head
+
+
+def sample_valid(op_slot_mask: np.ndarray, nvec: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Pick a valid op, then a slot that op may target, then any value for the other heads it reads."""
+    op = rng.choice(np.flatnonzero(op_slot_mask.any(axis=1)))
+    action = np.zeros(len(nvec), dtype=np.int64)
+    action[Head.OP] = op
+    for head in HEAD_RELEVANCE[op]:
+        if head == Head.SLOT:
+            action[head] = rng.choice(np.flatnonzero(op_slot_mask[op]))
+        elif head != Head.OP:
+            action[head] = rng.integers(nvec[head])
+    return action
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="Esper-Synthetic-v0")
+    parser.add_argument("--num-envs", type=int, default=2)
+    parser.add_argument("--episodes", type=int, default=1, help="episodes per sub-env")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--env-kwargs", type=json.loads, default={}, help="JSON dict of env arguments")
+    args = parser.parse_args(argv)
+
+    envs = gym.make_vec(args.env, num_envs=args.num_envs, autoreset_mode="SameStep", **args.env_kwargs)
+    nvec = envs.single_action_space.nvec
+    rng = np.random.default_rng(args.seed)
+    _, info = envs.reset(seed=args.seed)
+    returns, finished = np.zeros(args.num_envs), 0
+    while finished < args.episodes * args.num_envs:
+        actions = np.stack([sample_valid(m, nvec, rng) for m in info["op_slot_mask"]])
+        _, rewards, terminated, truncated, info = envs.step(actions)
+        assert not info["invalid_action"].any()
+        returns += rewards
+        for i in np.flatnonzero(terminated | truncated):
+            final = info["final_info"]
+            print(f"sub-env {i}: return {returns[i]:+.4f}, final val accuracy {final['val_accuracy'][i]:.4f}, "
+                  f"seed params {final['seed_params'][i]:.0f}")
+            returns[i], finished = 0.0, finished + 1
+    envs.close()
+
+
+if __name__ == "__main__":
+    main()

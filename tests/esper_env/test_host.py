@@ -1,0 +1,108 @@
+"""Seeds start as the identity; each forward mode has the gradients the design promises."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from esper_env.host import HostModel, host_param_count, seed_parameters
+from esper_env.lifecycle import ForwardMode
+from esper_env.seeds import BLUEPRINTS, build_seed, seed_param_count
+from esper_env.spaces import BLUEPRINT_NAMES
+
+WIDTHS, SLOTS = (8, 16, 32), (0, 1, 2)
+
+
+def _model(seed: int = 0) -> HostModel:
+    torch.manual_seed(seed)
+    return HostModel(WIDTHS, SLOTS)
+
+
+def _batch(seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(8, 3, 16, 16, generator=g), torch.randint(0, 10, (8,), generator=g)
+
+
+def test_registry_follows_the_action_head_order():
+    assert tuple(BLUEPRINTS) == BLUEPRINT_NAMES
+
+
+@pytest.mark.parametrize("blueprint", range(len(BLUEPRINT_NAMES)))
+@pytest.mark.parametrize("slot", range(len(SLOTS)))
+@pytest.mark.parametrize("mode", [ForwardMode.INCUBATE, ForwardMode.BLEND, ForwardMode.FULL])
+@pytest.mark.parametrize("gated", [False, True])
+def test_planting_any_seed_leaves_the_output_unchanged(blueprint, slot, mode, gated):
+    model = _model()
+    x, _ = _batch()
+    alphas = torch.full((len(SLOTS), 1), 0.7)
+    model.train()
+    before = model(x, alphas)
+    model.plant(slot, blueprint, gated)
+    model.slots[slot].mode = mode
+    after = model(x, alphas)
+    assert torch.allclose(before, after, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("blueprint", range(len(BLUEPRINT_NAMES)))
+@pytest.mark.parametrize("channels", [8, 16, 32])
+def test_parameter_counts_match_the_modules(blueprint, channels):
+    built = sum(p.numel() for p in build_seed(blueprint, channels).parameters())
+    assert seed_param_count(blueprint, channels) == built > 0
+    assert seed_param_count(blueprint, channels, gated=True) > built
+
+
+def test_host_parameter_count():
+    assert host_param_count(WIDTHS) == sum(p.numel() for p in _model().host_parameters())
+
+
+def _host_grads(model: HostModel, x, y) -> list[torch.Tensor]:
+    model.zero_grad(set_to_none=True)
+    F.cross_entropy(model(x, torch.ones(len(SLOTS), 1)), y).backward()
+    return [p.grad.clone() for p in model.host_parameters()]
+
+
+@pytest.mark.parametrize("blueprint", range(len(BLUEPRINT_NAMES)))
+def test_incubation_leaves_host_gradients_identical_and_teaches_the_seed(blueprint):
+    model = _model()
+    x, y = _batch()
+    plain = _host_grads(model, x, y)
+    model.plant(1, blueprint, gated=False)
+    incubated = _host_grads(model, x, y)
+    for a, b in zip(plain, incubated, strict=True):
+        assert torch.equal(a, b)
+    seed_grads = [p.grad for p in seed_parameters(model.slots[1])]
+    assert any(g is not None and g.abs().sum() > 0 for g in seed_grads)
+
+
+def test_fossilized_seed_passes_gradients_to_upstream_host_layers():
+    """FULL mode reads h without detach: block 0 keeps learning through a seed in the last slot, and its
+    gradient differs from the one it gets when the seed reads a detached input (BLEND at alpha = 1)."""
+    x, y = _batch()
+    grads = {}
+    for mode in (ForwardMode.BLEND, ForwardMode.FULL):
+        model = _model()
+        model.plant(2, BLUEPRINT_NAMES.index("conv_light"), gated=False)
+        with torch.no_grad():  # let the seed be something other than the identity
+            for p in seed_parameters(model.slots[2]):
+                p.add_(0.1)
+        model.slots[2].mode = mode
+        grads[mode] = _host_grads(model, x, y)[0]  # the first conv's weight
+    assert grads[ForwardMode.BLEND].abs().sum() == 0  # alpha = 1 with a detached seed input cuts the path
+    assert grads[ForwardMode.FULL].abs().sum() > 0
+
+
+def test_stacked_configurations_apply_alpha_per_configuration():
+    model = _model().eval()
+    model.plant(0, BLUEPRINT_NAMES.index("conv_small"), gated=False)
+    with torch.no_grad():
+        for p in seed_parameters(model.slots[0]):
+            p.add_(0.3)
+    model.slots[0].mode = ForwardMode.FULL
+    x, _ = _batch()
+    with torch.no_grad():
+        on = model(x, torch.ones(3, 1))
+        off = model(x, torch.zeros(3, 1))
+        stacked = model(torch.cat([x, x]), torch.tensor([[1.0, 0.0]] * 3))
+    assert torch.allclose(stacked[:8], on, atol=1e-5) and torch.allclose(stacked[8:], off, atol=1e-5)
+    assert not torch.allclose(on, off)

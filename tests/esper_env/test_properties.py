@@ -1,0 +1,136 @@
+"""Property tests: masks, lifecycle and rewards hold for any reachable state and any config in range."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import math
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import esper_env
+from esper_env import masks
+from esper_env.config import EnvConfig
+from esper_env.episode import Episode, Measurement, apply_action, finish_epoch
+from esper_env.rewards import RewardInputs, step_reward
+from esper_env.spaces import Head, Op, head_sizes
+
+SLOTS = 3
+NVEC = np.array(head_sizes(SLOTS))
+
+configs = st.builds(
+    EnvConfig,
+    dataset=st.just("synthetic"),
+    reward_mode=st.sampled_from(["accuracy", "contribution", "sparse"]),
+    param_penalty=st.floats(0, 10), pbrs_weight=st.floats(-5, 5), pbrs_gamma=st.floats(0.01, 1.0),
+    op_cost=st.floats(0, 1), invalid_action_penalty=st.floats(0, 1), rollback_penalty=st.floats(0, 10),
+    sparse_scale=st.floats(1e-3, 100), sparse_clip=st.floats(1e-3, 10),
+    auto_advance=st.booleans(), one_seed_incubating=st.booleans(), min_training_epochs=st.integers(0, 4),
+    max_holding_epochs=st.integers(1, 6), embargo_epochs=st.integers(0, 4), min_prune_age=st.integers(0, 3),
+    fossilize_min_contribution=st.floats(-5, 5), max_seeds=st.one_of(st.none(), st.integers(1, SLOTS)),
+)
+
+
+def _random_valid_action(op_slot: np.ndarray, data: st.DataObject) -> np.ndarray:
+    ops = np.flatnonzero(op_slot.any(axis=1)).tolist()
+    op = data.draw(st.sampled_from(ops))
+    slot = data.draw(st.sampled_from(np.flatnonzero(op_slot[op]).tolist()))
+    rest = [data.draw(st.integers(0, int(n) - 1)) for n in NVEC[2:]]
+    return np.array([op, slot, *rest], dtype=np.int64)
+
+
+def _measurement(data: st.DataObject) -> Measurement:
+    acc = st.floats(0, 1)
+    return Measurement(
+        train_loss=data.draw(st.floats(0, 10)), train_accuracy=data.draw(acc), val_loss=data.draw(st.floats(0, 10)),
+        val_accuracy=data.draw(acc), host_only_accuracy=data.draw(acc),
+        accuracy_without=tuple(data.draw(acc) for _ in range(SLOTS)), host_grad_norm=data.draw(st.floats(0, 10)),
+        seed_grad_norms=tuple(data.draw(st.floats(0, 10)) for _ in range(SLOTS)), test_accuracy=None,
+        images_trained=512,
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(cfg=configs, data=st.data())
+def test_any_masked_action_sequence_is_legal(cfg, data):
+    """Apply 30 steps of actions drawn from the masks to the pure episode logic: nothing ever raises, WAIT is
+    always valid, and the flat mask admits every action the exact mask admits."""
+    ep = Episode.fresh(SLOTS)
+    for _ in range(30):
+        op_slot = masks.op_slot_mask(ep.slots, cfg)
+        assert op_slot[Op.WAIT].all()
+        action = _random_valid_action(op_slot, data)
+        assert masks.is_valid(action, op_slot)
+        flat = masks.flat_action_mask(op_slot)
+        offsets = np.concatenate([[0], np.cumsum(NVEC)[:-1]])
+        assert all(flat[offsets[h] + action[h]] for h in Head)
+        apply_action(ep, action, valid=True)
+        finish_epoch(ep, _measurement(data), cfg)
+        assert sum(s.has_seed for s in ep.slots) <= cfg.seed_limit
+
+
+@settings(max_examples=300, deadline=None)
+@given(cfg=configs, data=st.data())
+def test_rewards_are_finite_for_any_config(cfg, data):
+    big = st.floats(-1e12, 1e12)
+    inputs = RewardInputs(
+        accuracy=data.draw(st.floats(0, 1)), previous_accuracy=data.draw(st.floats(0, 1)),
+        seed_params=data.draw(st.floats(0, 1e9)), previous_seed_params=data.draw(st.floats(0, 1e9)),
+        host_params=data.draw(st.integers(0, 10**6)), potential=data.draw(big), previous_potential=data.draw(big),
+        contributions=tuple(data.draw(st.lists(st.floats(-100, 100), max_size=3))),
+        pruned_contribution=data.draw(st.floats(-100, 100)), executed_op=data.draw(st.booleans()),
+        invalid=data.draw(st.booleans()), last_step=data.draw(st.booleans()), rollback=data.draw(st.booleans()),
+    )
+    reward = step_reward(inputs, cfg)
+    assert math.isfinite(reward)
+    if cfg.reward_mode == "sparse" and not inputs.rollback:
+        assert abs(reward) <= cfg.sparse_clip
+
+
+def test_sparse_reward_is_clipped_after_scaling():
+    cfg = EnvConfig(dataset="synthetic", reward_mode="sparse", sparse_scale=10.0, sparse_clip=1.0, param_penalty=0)
+    base = RewardInputs(0.5, 0.4, 0.0, 0.0, 100, 0.0, 0.0, (), 0.0, False, False, True, False)
+    assert step_reward(base, cfg) == 1.0  # 10 * 0.5 = 5, clipped to 1 (clipping first would give 5)
+    assert step_reward(base._replace(last_step=False), cfg) == 0.0
+
+
+def test_return_telescopes_to_final_accuracy_minus_parameter_cost(tiny):
+    env = gym.make("Esper-Synthetic-v0", **tiny)
+    env.reset(seed=2)
+    total, info = 0.0, {}
+    for t in range(tiny["max_epochs"]):
+        action = np.array([Op.GERMINATE, 0, 6, 0, 0]) if t == 0 else np.zeros(5, dtype=np.int64)
+        _, reward, _, _, info = env.step(action)
+        total += reward
+    cfg, host = env.unwrapped.config, env.unwrapped.vector_env.host_params
+    expected = info["val_accuracy"] - 0.1 - cfg.param_penalty * info["seed_params"] / host
+    assert info["seed_params"] > 0 and total == pytest.approx(expected, abs=1e-9)
+
+
+def test_no_module_lists_stages_by_hand():
+    """Stage sets live in lifecycle.py only; elsewhere a literal set/tuple/list of two or more stages would be
+    a duplicated rule."""
+    root = Path(esper_env.__file__).parent
+    for path in root.glob("*.py"):
+        if path.name == "lifecycle.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Set | ast.Tuple | ast.List):
+                stages = [e for e in node.elts if isinstance(e, ast.Attribute) and ast.unparse(e.value) in
+                          ("Stage", "S", "lifecycle.Stage")]
+                assert len(stages) < 2, f"{path.name}:{node.lineno} lists stages by hand: {ast.unparse(node)}"
+
+
+def test_config_rejects_bad_kwargs_by_name():
+    with pytest.raises(TypeError, match="unknown"):
+        gym.make("Esper-Synthetic-v0", not_a_field=1)
+    with pytest.raises(ValueError, match="max_epochs"):
+        gym.make("Esper-Synthetic-v0", max_epochs=0)
+    with pytest.raises(TypeError, match="batch_size"):
+        gym.make("Esper-Synthetic-v0", batch_size="64")
+    assert dataclasses.asdict(EnvConfig.from_kwargs(host_widths=[8, 8]))["host_widths"] == (8, 8)
