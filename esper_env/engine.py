@@ -7,13 +7,17 @@ and graphs replayed on one stream per sub-env let several small hosts share the 
 * each sub-env owns a stream; its training step and its validation pass (with all counterfactual
   configurations) are captured as CUDA graphs and replayed on that stream, round-robin over sub-envs batch by
   batch;
-* a graph is re-captured only when a lifecycle op changed the slot modules or their forward modes (the
-  signature below); the first batches after a change run eagerly as warm-up, and they are real training steps,
-  so capturing changes nothing in the trajectory;
+* the training graph is re-captured only when a seed is planted or removed (stage changes only change device
+  tensors: see ``host``), the validation graph also when the set of blended seeds changes its
+  configurations; the first batch after a change runs eagerly as warm-up, and it is a real training step, so
+  capturing changes nothing in the trajectory;
 * capture uses ``CUDAGraph.capture_begin/end`` directly: ``torch.cuda.graph`` would synchronise the device
   and run the garbage collector at every capture;
 * a graph does not keep alive the tensors it reads, so each graph is stored with the modules it was captured
-  from and dropped only together with them.
+  from and dropped only together with them;
+* each sub-env captures into one memory pool for its whole life, kept open by a tiny anchor graph: a pool whose
+  last graph is dropped is only returned to the device at the allocator's next cache flush, so fresh pools
+  per re-capture made reserved memory grow by megabytes per capture.
 
 On CPU (and with ``execution="eager"``) the same :class:`~esper_env.training.HostTrainer` methods run eagerly on
 the current stream. Either way the step ends with exactly one device-to-host copy of all sub-envs' metrics per
@@ -23,8 +27,8 @@ device. Nothing outside this module touches streams or graphs.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -33,26 +37,29 @@ from esper_env.config import EnvConfig
 from esper_env.data import load_dataset
 from esper_env.training import HostTrainer, MetricLayout
 
-WARMUP_BATCHES = 2  # eager steps before a capture: lets autograd, cuDNN and the allocator settle
+WARMUP_BATCHES = 1  # eager steps before a capture: lets autograd, cuDNN and the allocator settle
+# Batches queued per sub-env before moving to the next: deep enough that the GPU stays busy with the other
+# streams while the host captures a graph, shallow enough that streams sharing a hardware queue interleave.
+ISSUE_CHUNK = 8
 
 
 @dataclass
 class EpochControl:
-    """What one sub-env's next epoch needs from the rules: alphas, learning rates, fault injection."""
+    """What one sub-env's next epoch needs from the rules: slot controls, learning rates, fault injection."""
 
-    alphas: list[float]
-    lrs: tuple[float, float]
-    fault: tuple[float, float] = (1.0, 0.0)  # loss scale, loss shift
+    controls: list[float]  # alpha, straight-through and upstream flag per slot (``training.slot_controls``), lrs
+    fault: str | None = None  # testing aid: see ``EsperVectorEnv.inject_fault``
 
 
 @dataclass
 class GraphSet:
-    signature: tuple
-    keep: tuple = ()  # the modules the graphs read; see the module docstring
+    """A sub-env's captured graphs and what they were captured from."""
+
+    modules: tuple  # the seed modules the graphs read, kept alive with them (see the module docstring)
     warm: int = 0
     train: torch.cuda.CUDAGraph | None = None
     eval: torch.cuda.CUDAGraph | None = None
-    pool: tuple = field(default_factory=tuple)
+    eval_plan: tuple = ()
 
 
 def resolve_devices(cfg: EnvConfig, num_envs: int) -> list[torch.device]:
@@ -93,11 +100,24 @@ class Engine:
         self._buffers = {d: torch.zeros(self.devices.count(d), self.layout.size, device=d) for d in set(self.devices)}
         self._rows = self._assign_rows()
         self.trainers = [
-            HostTrainer(cfg, load_dataset(cfg, d), self._buffers[d][row], amp, channels_last=on_cuda)
+            HostTrainer(cfg, load_dataset(cfg, d), self._buffers[d][row], amp)
             for d, row in zip(self.devices, self._rows, strict=True)
         ]
         self.streams = [torch.cuda.Stream(d) if self.use_graphs else None for d in self.devices]
         self._graphs: list[GraphSet | None] = [None] * num_envs
+        self.captures = 0
+        self._pools = [self._open_pool(i) for i in range(num_envs)] if self.use_graphs else []
+
+    def _open_pool(self, i: int) -> tuple:
+        """A private memory pool for sub-env ``i``'s graphs, held open by an anchor graph (module docstring)."""
+        pool = torch.cuda.graph_pool_handle()
+        anchor_input = torch.zeros(1, device=self.devices[i])
+        with self.on_stream(i, join=True):
+            anchor = torch.cuda.CUDAGraph()
+            anchor.capture_begin(pool=pool, capture_error_mode="thread_local")
+            anchor_input.add_(0)
+            anchor.capture_end()
+        return pool, anchor, anchor_input
 
     def _assign_rows(self) -> list[int]:
         seen: dict[torch.device, int] = {}
@@ -108,13 +128,15 @@ class Engine:
         return rows
 
     @contextlib.contextmanager
-    def on_stream(self, index: int) -> Iterator[None]:
-        """Issue sub-env ``index``'s work on its own stream (a no-op without streams)."""
+    def on_stream(self, index: int, join: bool = False) -> Iterator[None]:
+        """Issue sub-env ``index``'s work on its own stream (a no-op without streams). ``join`` first makes the
+        stream wait for what the default stream has queued (resets, new seeds, control uploads)."""
         stream = self.streams[index]
         if stream is None:
             yield
             return
-        stream.wait_stream(torch.cuda.current_stream(stream.device))
+        if join:
+            stream.wait_stream(torch.cuda.current_stream(stream.device))
         with torch.cuda.stream(stream):
             yield
 
@@ -125,15 +147,18 @@ class Engine:
         """
         active = sorted(controls)
         for i in active:
-            with self.on_stream(i):
+            with self.on_stream(i, join=True):
                 self._refresh_graphs(i)
-                self.trainers[i].begin_epoch(controls[i].alphas, controls[i].lrs, controls[i].fault)
-        for _ in range(self.trainers[0].batches_per_epoch):
+                self.trainers[i].begin_epoch(controls[i].controls, controls[i].fault)
+        batches = self.trainers[0].batches_per_epoch
+        for first in range(0, batches, ISSUE_CHUNK):
             for i in active:
                 with self.on_stream(i):
-                    self._train_batch(i)
+                    for _ in range(min(ISSUE_CHUNK, batches - first)):
+                        self._train_batch(i)
         for i in active:
             with self.on_stream(i):
+                self.trainers[i].measure_gradients()
                 self._evaluate(i)
                 if i in test:
                     self.trainers[i].evaluate_test()
@@ -148,19 +173,16 @@ class Engine:
         return np.stack([host[d][row] for d, row in zip(self.devices, self._rows, strict=True)])
 
     # --- graphs ------------------------------------------------------------------------------------------
-    def _signature(self, i: int) -> tuple:
-        slots = self.trainers[i].model.slots
-        return tuple((id(s.seed), id(s.gate), int(s.mode)) for s in slots)
-
     def _refresh_graphs(self, i: int) -> None:
+        """Drop sub-env ``i``'s graphs if its seed modules changed since they were captured."""
         if not self.use_graphs:
             return
-        signature = self._signature(i)
+        slots = self.trainers[i].model.slots
+        modules = tuple(m for s in slots for m in (s.seed, s.gate))
         current = self._graphs[i]
-        if current is None or current.signature != signature:
-            slots = self.trainers[i].model.slots
-            keep = tuple(m for s in slots for m in (s.seed, s.gate) if m is not None)
-            self._graphs[i] = GraphSet(signature, keep=keep, pool=(torch.cuda.graph_pool_handle(),))
+        if current is None or len(current.modules) != len(modules) or any(
+                a is not b for a, b in zip(current.modules, modules, strict=True)):
+            self._graphs[i] = GraphSet(modules)
 
     def _train_batch(self, i: int) -> None:
         trainer, graphs = self.trainers[i], self._graphs[i]
@@ -172,21 +194,22 @@ class Engine:
                 graphs.warm += 1
                 trainer.train_step()
                 return
-            graphs.train = self._capture(trainer.train_step, graphs)
+            graphs.train = self._capture(trainer.train_step, i)
         graphs.train.replay()
 
     def _evaluate(self, i: int) -> None:
         trainer, graphs = self.trainers[i], self._graphs[i]
-        if graphs is not None and graphs.eval is not None:
+        if graphs is not None and graphs.eval is not None and graphs.eval_plan == trainer.plan:
             graphs.eval.replay()
             return
         trainer.evaluate()
         if graphs is not None:
-            graphs.eval = self._capture(trainer.evaluate, graphs)
+            graphs.eval, graphs.eval_plan = self._capture(trainer.evaluate, i), trainer.plan
 
-    def _capture(self, fn, graphs: GraphSet) -> torch.cuda.CUDAGraph:
+    def _capture(self, fn: Callable[[], None], index: int) -> torch.cuda.CUDAGraph:
+        self.captures += 1
         graph = torch.cuda.CUDAGraph()
-        graph.capture_begin(pool=graphs.pool[0], capture_error_mode="thread_local")
+        graph.capture_begin(pool=self._pools[index][0], capture_error_mode="thread_local")
         try:
             fn()
         finally:

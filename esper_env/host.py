@@ -2,22 +2,27 @@
 
 The host is a stack of blocks (conv3x3 without bias -> BatchNorm -> ReLU -> MaxPool2), global average pooling
 and a linear classifier. A :class:`SlotModule` sits after the pool of chosen blocks and holds at most one seed.
-How the slot combines host features ``h`` with its seed's output ``s`` depends only on the seed's
-:class:`~esper_env.lifecycle.ForwardMode` (a Python value: changing it changes the graph) and on alpha (a
-device tensor: changing it never does):
+With host features ``h``, the seed reads ``x = lerp(h.detach(), h, u)`` (value ``h``; gradient to ``h`` scaled
+by ``u``), produces ``s = seed(x)``, and the slot outputs::
 
-=========  ======================================  =================================================
-mode       output                                  gradients
-=========  ======================================  =================================================
-OFF        ``h``                                   host only
-INCUBATE   ``h + (s(h.detach()) - s.detach())``    value is exactly ``h``; the seed learns from dL/dh;
-                                                   the host's gradients equal the seedless model's
-BLEND      ``h + a * (s(h.detach()) - h)``         host's direct path scaled by ``1 - a``
-FULL       ``h + a * (s(h) - h)``, alpha = 1       upstream host layers learn *through* the seed
-=========  ======================================  =================================================
+    h + a * (s - h) + t * (s - s.detach())
 
-``a`` is alpha, times the learned per-sample gate for the gated blend. This module owns weights and maths only;
-it never decides what is legal (that is ``lifecycle``).
+``a`` is the blending amplitude (alpha, times the learned per-sample gate for the gated blend), ``t`` the
+straight-through flag and ``u`` the upstream-gradient flag. Each lifecycle stage is one setting of the three
+(see :func:`mode_flags`):
+
+=========  =========  ===  ===  ==================================================================
+mode       a          t    u    meaning
+=========  =========  ===  ===  ==================================================================
+INCUBATE   0          1    0    value exactly ``h``; the seed learns from dL/dh; host gradients are
+                                the seedless model's
+BLEND      alpha      0    0    ``h + alpha * (s(h.detach()) - h)``: host's direct path scaled by 1 - alpha
+FULL       1          0    1    ``s(h)``: upstream host layers learn *through* the seed
+=========  =========  ===  ===  ==================================================================
+
+All three are device tensors, so moving a seed from stage to stage never changes the computation graph (and
+never forces a CUDA-graph re-capture); only planting or removing a seed does. This module owns weights and
+maths only; it never decides what is legal (that is ``lifecycle``).
 """
 
 from __future__ import annotations
@@ -41,6 +46,11 @@ class HostBlock(nn.Sequential):
         )
 
 
+def mode_flags(mode: ForwardMode) -> tuple[float, float]:
+    """The (straight-through, upstream-gradient) flags of a forward mode; see the module docstring."""
+    return (1.0 if mode == ForwardMode.INCUBATE else 0.0, 1.0 if mode == ForwardMode.FULL else 0.0)
+
+
 class SlotModule(nn.Module):
     """An injection point between two host blocks; holds at most one seed and its optional blending gate."""
 
@@ -49,38 +59,35 @@ class SlotModule(nn.Module):
         self.channels = channels
         self.seed: nn.Module | None = None
         self.gate: BlendGate | None = None
-        self.mode = ForwardMode.OFF
 
     def plant(self, seed: nn.Module, gate: BlendGate | None) -> None:
-        self.seed, self.gate, self.mode = seed, gate, ForwardMode.INCUBATE
+        self.seed, self.gate = seed, gate
 
     def clear(self) -> None:
         """Drop the seed and its gate; their memory is freed once no optimizer or graph holds them."""
-        self.seed, self.gate, self.mode = None, None, ForwardMode.OFF
+        self.seed, self.gate = None, None
 
-    def forward(self, h: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-        """``alpha``: shape ``(K,)``; the batch holds K stacked configurations of equal size (K = 1 in training)."""
-        if self.seed is None or self.mode == ForwardMode.OFF:
+    def forward(self, h: torch.Tensor, alpha: torch.Tensor, straight: torch.Tensor,
+                upstream: torch.Tensor) -> torch.Tensor:
+        """``alpha``: 0-dim, or ``(K,)`` when the batch stacks K configurations of equal size; ``straight``
+        and ``upstream``: 0-dim flags. Pass them in ``h``'s dtype: a cast would cost a kernel per call."""
+        if self.seed is None:
             return h
-        if self.mode == ForwardMode.INCUBATE:
-            if not torch.is_grad_enabled():
-                return h  # the incubating output's value is exactly h
-            s = self.seed(h.detach())
-            return h + (s - s.detach())
-        seed_input = h.detach() if self.mode == ForwardMode.BLEND else h
-        s = self.seed(seed_input)
+        grad = torch.is_grad_enabled()
+        x = torch.lerp(h.detach(), h, upstream) if grad else h
+        s = self.seed(x)
         a = _per_sample(alpha, h.shape[0])
         if self.gate is not None:
-            a = a * self.gate(seed_input)
-        return h + a.to(h.dtype) * (s - h)
+            a = a * self.gate(x)
+        out = torch.addcmul(h, a, s - h)
+        return torch.addcmul(out, straight, s - s.detach()) if grad else out
 
 
 def _per_sample(alpha: torch.Tensor, batch: int) -> torch.Tensor:
-    """Expand ``(K,)`` per-configuration alphas to ``(batch, 1, 1, 1)`` per-sample factors."""
-    configs = alpha.shape[0]
-    if configs == 1:
-        return alpha.view(1, 1, 1, 1)
-    return alpha.repeat_interleave(batch // configs).view(batch, 1, 1, 1)
+    """Expand ``(K,)`` per-configuration alphas to ``(batch, 1, 1, 1)`` per-sample factors (0-dim stays)."""
+    if alpha.dim() == 0:
+        return alpha
+    return alpha.repeat_interleave(batch // alpha.shape[0]).view(batch, 1, 1, 1)
 
 
 class HostModel(nn.Module):
@@ -95,14 +102,18 @@ class HostModel(nn.Module):
         self.classifier = nn.Linear(widths[-1], NUM_CLASSES)
         self._slot_after = {block: i for i, block in enumerate(self.slot_blocks)}
 
-    def forward(self, x: torch.Tensor, alphas: torch.Tensor) -> torch.Tensor:
-        """``alphas``: ``(num_slots, K)``; ``x`` holds K stacked configurations (see ``SlotModule.forward``)."""
+    def forward(self, x: torch.Tensor, alphas: torch.Tensor, flags: torch.Tensor,
+                skip: tuple[bool, ...] = ()) -> torch.Tensor:
+        """``alphas``: ``(num_slots,)``, or ``(num_slots, K)`` with ``x`` holding K stacked configurations;
+        ``flags``: ``(2, num_slots)`` straight-through and upstream-gradient flags (see the module docstring).
+        Slots marked in ``skip`` output ``h`` without running their seed: the caller knows their alpha is 0
+        and no gradient is needed."""
         h = x
         for index, block in enumerate(self.blocks):
             h = block(h)
             slot = self._slot_after.get(index)
-            if slot is not None:
-                h = self.slots[slot](h, alphas[slot])
+            if slot is not None and not (skip and skip[slot]):
+                h = self.slots[slot](h, alphas[slot], flags[0, slot], flags[1, slot])
         return self.classifier(F.adaptive_avg_pool2d(h, 1).flatten(1))
 
     def host_parameters(self) -> list[nn.Parameter]:

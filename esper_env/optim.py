@@ -18,6 +18,7 @@ class NesterovSGD:
         self.momentum, self.weight_decay = momentum, weight_decay
         self.host = (list(host_params), [torch.zeros_like(p) for p in host_params])
         self.seeds: dict[int, tuple[list[nn.Parameter], list[torch.Tensor]]] = {}
+        self.fused = _fused_available(host_params[0].device)
 
     def add_group(self, slot: int, params: list[nn.Parameter]) -> None:
         self.seeds[slot] = (list(params), [torch.zeros_like(p) for p in params])
@@ -52,6 +53,10 @@ class NesterovSGD:
             return
         params, buffers = [p for p, _ in pairs], [b for _, b in pairs]
         grads = [p.grad for p in params]
+        if self.fused:  # one kernel per group instead of six; zero buffers make "first step" irrelevant
+            torch._fused_sgd_(params, grads, buffers, weight_decay=weight_decay, momentum=self.momentum, lr=lr,
+                              dampening=0.0, nesterov=True, maximize=False, is_first_step=False)
+            return
         if weight_decay:
             grads = torch._foreach_add(grads, params, alpha=weight_decay)
         torch._foreach_mul_(buffers, self.momentum)
@@ -59,3 +64,15 @@ class NesterovSGD:
         update = torch._foreach_add(grads, buffers, alpha=self.momentum)
         torch._foreach_mul_(update, lr)
         torch._foreach_sub_(params, update)
+
+
+def _fused_available(device: torch.device) -> bool:
+    """Whether ``torch._fused_sgd_`` with a tensor learning rate runs on ``device`` (probed once, eagerly, so
+    that a missing kernel never surfaces inside a CUDA-graph capture)."""
+    try:
+        p, g, b = torch.ones(2, device=device), torch.ones(2, device=device), torch.zeros(2, device=device)
+        torch._fused_sgd_([p], [g], [b], weight_decay=0.0, momentum=0.9, lr=torch.tensor(0.5, device=device),
+                          dampening=0.0, nesterov=True, maximize=False, is_first_step=False)
+        return bool(torch.allclose(p.cpu(), torch.tensor([0.05, 0.05])))  # sync: once, at construction
+    except (AttributeError, RuntimeError, NotImplementedError):
+        return False

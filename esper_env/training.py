@@ -3,8 +3,13 @@
 The per-batch :meth:`HostTrainer.train_step` and the validation pass :meth:`HostTrainer.evaluate` are plain
 tensor code with fixed shapes, no host syncs and no Python branching on tensor values, so the engine can run
 them eagerly or capture them as CUDA graphs unchanged. Everything that varies between replays lives in device
-tensors the graphs read: the batch counter, the epoch's permutation and augmentation draws, alpha, the learning
-rates and the fault-injection factors. Streams, graphs and the host sync belong to ``engine``, not here.
+tensors the graphs read: the batch counter, the epoch's prepared images, alpha and the slot flags and the
+learning rates. Streams, graphs and the host sync belong to ``engine``, not here.
+
+Per epoch, :meth:`HostTrainer.begin_epoch` draws the sub-env's permutation and augmentation and prepares the
+whole epoch's batches in a few large kernels (gather, crop and flip, normalise, cast to the compute dtype,
+channels-last), so that a training step only selects its batch. Gradient statistics are taken once per epoch,
+from the last batch's gradients (:meth:`HostTrainer.measure_gradients`).
 
 Metrics accumulate into ``metrics``, this sub-env's row of the engine's shared buffer (layout:
 :class:`MetricLayout`), which the engine copies to the host once per step.
@@ -12,6 +17,7 @@ Metrics accumulate into ``metrics``, this sub-env's row of the engine's shared b
 
 from __future__ import annotations
 
+import functools
 import math
 from contextlib import nullcontext
 
@@ -22,11 +28,12 @@ import torch.nn.functional as F
 from esper_env.config import EnvConfig
 from esper_env.data import Dataset, normalize, random_crop_flip
 from esper_env.episode import Measurement
-from esper_env.host import HostModel, seed_parameters
+from esper_env.host import HostModel, mode_flags, seed_parameters
 from esper_env.lifecycle import ForwardMode
 from esper_env.optim import NesterovSGD
 
 CROP_PAD = 4  # pixels of zero padding for the random-crop augmentation
+PREPARE_CHUNK = 8192  # images prepared per kernel round at epoch start (bounds the float32 transient)
 
 
 class MetricLayout:
@@ -34,26 +41,25 @@ class MetricLayout:
 
     def __init__(self, num_slots: int) -> None:
         self.num_slots = num_slots
-        self.train_loss, self.train_correct, self.train_seen = 0, 1, 2
-        self.grad_sq = slice(3, 4 + num_slots)  # host, then one per slot: summed squared gradient norms
+        self.train = slice(0, 2)  # summed batch losses, correct predictions
+        self.grad_sq = slice(2, 3 + num_slots)  # squared gradient norm of the host, then of each slot's seed
         self.num_configs = 2 + num_slots  # full model, host only, then each slot switched off
-        start = 4 + num_slots
+        start = 3 + num_slots
         self.eval = slice(start, start + 2 * self.num_configs)  # (loss sum, correct) per configuration
-        self.val_seen = start + 2 * self.num_configs
-        self.test = slice(self.val_seen + 1, self.val_seen + 4)  # loss sum, correct, seen
-        self.size = self.val_seen + 4
+        self.test = slice(self.eval.stop, self.eval.stop + 2)  # loss sum, correct
+        self.size = self.test.stop
 
 
-def eval_plan(modes: tuple[ForwardMode, ...]) -> tuple[tuple[str, int], ...]:
+def eval_plan(blended: tuple[bool, ...]) -> tuple[tuple[str, int], ...]:
     """The validation configurations worth running: the full model; when any seed is blended in (alpha > 0),
     the host alone; and, with two or more such seeds, each of them switched off (with one, that equals the host
     alone). Each entry is ``(kind, slot)`` with kind "full", "host" or "off"."""
-    blended = [i for i, mode in enumerate(modes) if mode in (ForwardMode.BLEND, ForwardMode.FULL)]
+    on = [i for i, b in enumerate(blended) if b]
     plan: list[tuple[str, int]] = [("full", -1)]
-    if blended:
+    if on:
         plan.append(("host", -1))
-    if len(blended) > 1:
-        plan += [("off", i) for i in blended]
+    if len(on) > 1:
+        plan += [("off", i) for i in on]
     return tuple(plan)
 
 
@@ -68,86 +74,99 @@ def plan_table(plan: tuple[tuple[str, int], ...], num_slots: int) -> np.ndarray:
     return table
 
 
+@functools.cache
+def prepared_images(data: Dataset, split: str, dtype: torch.dtype) -> torch.Tensor:
+    """A split's images normalised once, in the compute dtype, channels-last (NHWC): shared per dataset."""
+    images = getattr(data, f"{split}_x")
+    return normalize(images, data.mean, data.std).to(dtype).permute(0, 2, 3, 1).contiguous()
+
+
 class HostTrainer:
     """Host model, seeds, optimizer state and data order of one sub-env, on one device."""
 
-    def __init__(self, cfg: EnvConfig, dataset: Dataset, metrics: torch.Tensor, amp: torch.dtype | None,
-                 channels_last: bool) -> None:
+    def __init__(self, cfg: EnvConfig, dataset: Dataset, metrics: torch.Tensor, amp: torch.dtype | None) -> None:
         self.cfg, self.data, self.metrics, self.amp = cfg, dataset, metrics, amp
         self.device = metrics.device
         self.layout = MetricLayout(cfg.num_slots)
-        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
-        model = HostModel(cfg.host_widths, cfg.slot_block_indices)
-        self.model = model.to(self.device, memory_format=self.memory_format)
+        self.dtype = amp or torch.float32
+        self.model = HostModel(cfg.host_widths, cfg.slot_block_indices).to(self.device)
+        if self.device.type == "cuda":
+            self.model.to(memory_format=torch.channels_last)
         self.optimizer = NesterovSGD(self.model.host_parameters(), cfg.momentum, cfg.weight_decay)
         n = cfg.num_slots
-        self.control = torch.zeros(n + 4, device=self.device)  # alpha per slot, host lr, seed lr, fault scale, shift
-        self.control_staging = torch.zeros(n + 4, pin_memory=self.device.type == "cuda")
-        self.alpha, self.lr, self.fault = self.control[:n], self.control[n:n + 2], self.control[n + 2:]
-        self.plan = eval_plan((ForwardMode.OFF,) * n)
-        self.config_mask = torch.ones(n, 1, device=self.device)
+        # alpha per slot, straight-through flag per slot, upstream flag per slot, host lr, seed lr
+        self.control = torch.zeros(3 * n + 2, device=self.device)
+        self.control_staging = torch.zeros(3 * n + 2, pin_memory=self.device.type == "cuda")
+        self.lr = self.control[3 * n:]
+        # The slot controls again in the compute dtype, converted once per epoch, not once per use.
+        self.slot_control = torch.zeros(3 * n, dtype=self.dtype, device=self.device)
+        self.alpha, self.flags = self.slot_control[:n], self.slot_control[n:].view(2, n)
+        self.blended = (False,) * n
+        self.plan = eval_plan(self.blended)
+        self.config_mask = torch.ones(n, 1, dtype=self.dtype, device=self.device)
         self.generator = torch.Generator(device=self.device)
         self._allocate_epoch_buffers()
         self._snapshot = [t.detach().clone() for t in self._host_state()]
 
     # --- data order --------------------------------------------------------------------------------------
     @property
+    def batch_size(self) -> int:
+        return min(self.cfg.batch_size, self.data.train_x.shape[0])
+
+    @property
     def batches_per_epoch(self) -> int:
         available = self.data.train_x.shape[0]
         per_epoch = min(self.cfg.train_images_per_epoch or available, available)
-        return max(1, per_epoch // self.cfg.batch_size)
+        return max(1, per_epoch // self.batch_size)
 
     def _allocate_epoch_buffers(self) -> None:
-        nb, b = self.batches_per_epoch, min(self.cfg.batch_size, self.data.train_x.shape[0])
+        nb, b, size = self.batches_per_epoch, self.batch_size, self.data.image_size
         self.perm = torch.empty(self.data.train_x.shape[0], dtype=torch.long, device=self.device)
-        self.offsets = torch.empty(nb, b, 2, dtype=torch.long, device=self.device)
-        self.flips = torch.empty(nb, b, dtype=torch.long, device=self.device)
+        self.epoch_images = torch.empty(nb, b, size, size, 3, dtype=self.dtype, device=self.device)
+        self.epoch_labels = torch.empty(nb, b, dtype=torch.long, device=self.device)
         self.counter = torch.zeros(1, dtype=torch.long, device=self.device)
-        self.batch_rows = self.perm[: nb * b].view(nb, b)
 
-    def begin_epoch(self, alphas: list[float], lrs: tuple[float, float], fault: tuple[float, float]) -> None:
-        """Draw this epoch's data order and augmentation, upload the control values, zero the metrics."""
+    def begin_epoch(self, controls: list[float], fault: str | None = None) -> None:
+        """Draw and prepare this epoch's batches, upload the control values, zero the metrics.
+
+        ``controls``: alpha, straight-through and upstream flags (one per slot each), then host and seed lr.
+        ``fault`` (testing aid, see ``EsperVectorEnv.inject_fault``) breaks this epoch on purpose.
+        """
         torch.randperm(self.perm.shape[0], generator=self.generator, out=self.perm)
-        torch.randint(0, 2 * CROP_PAD + 1, self.offsets.shape, generator=self.generator, out=self.offsets)
-        torch.randint(0, 2, self.flips.shape, generator=self.generator, out=self.flips)
+        flat_images = self.epoch_images.view(-1, *self.epoch_images.shape[2:])
+        rows = self.perm[: flat_images.shape[0]]
+        for start in range(0, rows.shape[0], PREPARE_CHUNK):
+            chunk = rows[start:start + PREPARE_CHUNK]
+            offsets = torch.randint(0, 2 * CROP_PAD + 1, (chunk.shape[0], 2), generator=self.generator,
+                                    device=self.device)
+            flips = torch.randint(0, 2, (chunk.shape[0],), generator=self.generator, device=self.device) != 0
+            images = random_crop_flip(self.data.train_x.index_select(0, chunk), offsets, flips, CROP_PAD)
+            flat_images[start:start + chunk.shape[0]] = normalize(images, self.data.mean, self.data.std).permute(
+                0, 2, 3, 1)
+        self.epoch_labels.view(-1).copy_(self.data.train_y.index_select(0, rows))
         self.counter.zero_()
         self.metrics.zero_()
-        # Staged through pinned memory so the copy does not make the host wait for the device.
-        self.control_staging.copy_(torch.tensor([*alphas, *lrs, *fault], dtype=torch.float32))
+        # Staged through pinned memory so that the upload does not make the host wait for the device.
+        self.control_staging.copy_(torch.tensor(controls, dtype=torch.float32))
         self.control.copy_(self.control_staging, non_blocking=True)
+        self.slot_control.copy_(self.control[: self.slot_control.shape[0]])
+        if fault is not None:
+            self._inject(fault)
 
     # --- the per-batch step (graph-capturable) -----------------------------------------------------------
     def train_step(self) -> None:
-        rows = self.batch_rows.index_select(0, self.counter).view(-1)
-        images = self.data.train_x.index_select(0, rows)
-        labels = self.data.train_y.index_select(0, rows)
-        offsets = self.offsets.index_select(0, self.counter).view(-1, 2)
-        flips = self.flips.index_select(0, self.counter).view(-1) != 0
-        x = normalize(random_crop_flip(images, offsets, flips, CROP_PAD), self.data.mean, self.data.std)
+        x = self.epoch_images.index_select(0, self.counter)[0].permute(0, 3, 1, 2)  # NCHW view, NHWC memory
+        labels = self.epoch_labels.index_select(0, self.counter)[0]
         self.model.train()
         with self._autocast():
-            logits = self.model(x.contiguous(memory_format=self.memory_format), self.alpha.view(-1, 1))
-        loss = F.cross_entropy(logits.float(), labels) * self.fault[0] + self.fault[1]
+            logits = self.model(x, self.alpha, self.flags)
+        loss = F.cross_entropy(logits.float(), labels)
         self.optimizer.zero_grad()
         loss.backward()
-        self.metrics[self.layout.grad_sq].add_(self._squared_grad_norms())
         self.optimizer.step(self.lr)
-        lay = self.layout
-        self.metrics[lay.train_loss].add_(loss.detach())
-        self.metrics[lay.train_correct].add_((logits.argmax(1) == labels).sum())
-        self.metrics[lay.train_seen].add_(labels.shape[0])
+        correct = (logits.argmax(1) == labels).sum()
+        self.metrics[self.layout.train].add_(torch.stack([loss.detach(), correct.float()]))
         self.counter.add_(1)
-
-    def _squared_grad_norms(self) -> torch.Tensor:
-        groups = [self.model.host_parameters()] + [seed_parameters(s) for s in self.model.slots]
-        sums = []
-        for params in groups:
-            grads = [p.grad for p in params if p.grad is not None]
-            sums.append(torch.stack(torch._foreach_norm(grads)).square().sum() if grads else self._zero())
-        return torch.stack(sums)
-
-    def _zero(self) -> torch.Tensor:
-        return torch.zeros((), device=self.device)
 
     def _autocast(self) -> torch.autocast | nullcontext:
         if self.amp is None:
@@ -155,7 +174,26 @@ class HostTrainer:
         # Graph capture forbids autocast's weight cache (it would be freed between replays).
         return torch.autocast(self.device.type, dtype=self.amp, cache_enabled=False)
 
+    @torch.no_grad()
+    def measure_gradients(self) -> None:
+        """Squared gradient norms of the host and of each seed, from the epoch's last batch."""
+        groups = [self.model.host_parameters()] + [seed_parameters(s) for s in self.model.slots]
+        sums = []
+        for params in groups:
+            grads = [p.grad for p in params if p.grad is not None]
+            sums.append(torch.stack(torch._foreach_norm(grads)).square().sum() if grads
+                        else torch.zeros((), device=self.device))
+        self.metrics[self.layout.grad_sq].copy_(torch.stack(sums))
+
     # --- validation with counterfactual configurations (graph-capturable) -------------------------------
+    def set_plan(self, blended: tuple[bool, ...]) -> None:
+        """Choose the validation configurations from which slots are blended in (alpha > 0)."""
+        self.blended = blended
+        plan = eval_plan(blended)
+        if plan != self.plan:
+            self.plan = plan
+            self.config_mask = torch.from_numpy(plan_table(plan, len(blended))).to(self.device, self.dtype)
+
     @torch.no_grad()
     def evaluate(self) -> None:
         """Loss and accuracy of every configuration on the validation images, in one stacked forward per chunk."""
@@ -163,54 +201,49 @@ class HostTrainer:
         out = self.metrics[lay.eval].view(lay.num_configs, 2)[: len(self.plan)]
         out.zero_()
         alphas = self.alpha.view(-1, 1) * self.config_mask
-        self._measure(self.data.val_x, self.data.val_y, alphas, out)
-        self.metrics[lay.val_seen].fill_(self.data.val_x.shape[0])
+        self._measure(prepared_images(self.data, "val", self.dtype), self.data.val_y, alphas, out)
 
     @torch.no_grad()
     def evaluate_test(self) -> None:
-        lay = self.layout
-        out = self.metrics[lay.test][:2].view(1, 2)
+        out = self.metrics[self.layout.test].view(1, 2)
         out.zero_()
-        self._measure(self.data.test_x, self.data.test_y, self.alpha.view(-1, 1), out)
-        self.metrics[lay.test.stop - 1].fill_(self.data.test_x.shape[0])
+        self._measure(prepared_images(self.data, "test", self.dtype), self.data.test_y, self.alpha, out)
 
     def _measure(self, images: torch.Tensor, labels: torch.Tensor, alphas: torch.Tensor, out: torch.Tensor) -> None:
         self.model.eval()
-        configs, chunk = alphas.shape[1], self.cfg.eval_batch_size
+        configs, chunk = (alphas.shape[1] if alphas.dim() == 2 else 1), self.cfg.eval_batch_size
+        skip = tuple(not b for b in self.blended)  # incubating seeds output exactly h: no need to run them
         for start in range(0, images.shape[0], chunk):
-            x = normalize(images[start:start + chunk], self.data.mean, self.data.std)
+            x = images[start:start + chunk]
+            x = x.repeat(configs, 1, 1, 1).permute(0, 3, 1, 2)
             y = labels[start:start + chunk].repeat(configs)
-            x = x.repeat(configs, 1, 1, 1).contiguous(memory_format=self.memory_format)
             with self._autocast():
-                logits = self.model(x, alphas).float()
+                logits = self.model(x, alphas, self.flags, skip).float()
             loss = F.cross_entropy(logits, y, reduction="none").view(configs, -1).sum(1)
             correct = (logits.argmax(1) == y).view(configs, -1).sum(1)
             out.add_(torch.stack([loss, correct.float()], dim=1))
 
     def read_measurement(self, row: np.ndarray, tested: bool) -> Measurement:
         """Turn this sub-env's metrics row (already on the host) into a :class:`Measurement`."""
-        lay = self.layout
-        seen = max(row[lay.train_seen], 1.0)
-        batches = max(round(seen / min(self.cfg.batch_size, self.data.train_x.shape[0])), 1)
-        grad_rms = np.sqrt(np.maximum(row[lay.grad_sq], 0.0) / batches)
-        evals = row[lay.eval].reshape(lay.num_configs, 2)[: len(self.plan)] / max(row[lay.val_seen], 1.0)
-        accuracy = evals[0, 1]
+        lay, batches = self.layout, self.batches_per_epoch
+        seen = batches * self.batch_size
+        grad = np.sqrt(np.maximum(row[lay.grad_sq], 0.0))
+        evals = row[lay.eval].reshape(lay.num_configs, 2)[: len(self.plan)] / self.data.val_x.shape[0]
+        accuracy = host_only = evals[0, 1]
         without = [accuracy] * lay.num_slots
-        host_only = accuracy
         for k, (kind, slot) in enumerate(self.plan):
             if kind == "host":
                 host_only = evals[k, 1]
-                without = [host_only if m in (ForwardMode.BLEND, ForwardMode.FULL) else accuracy
-                           for m in self.modes()]
+                without = [host_only if on else accuracy for on in self.blended]
             elif kind == "off":
                 without[slot] = evals[k, 1]
-        test = row[lay.test]
+        test = row[lay.test] / self.data.test_x.shape[0]
         return Measurement(
-            train_loss=float(row[lay.train_loss] / batches), train_accuracy=float(row[lay.train_correct] / seen),
+            train_loss=float(row[lay.train][0] / batches), train_accuracy=float(row[lay.train][1] / seen),
             val_loss=float(evals[0, 0]), val_accuracy=float(accuracy), host_only_accuracy=float(host_only),
-            accuracy_without=tuple(float(v) for v in without), host_grad_norm=float(grad_rms[0]),
-            seed_grad_norms=tuple(float(v) for v in grad_rms[1:]),
-            test_accuracy=float(test[1] / max(test[2], 1.0)) if tested else None, images_trained=int(seen),
+            accuracy_without=tuple(float(v) for v in without), host_grad_norm=float(grad[0]),
+            seed_grad_norms=tuple(float(v) for v in grad[1:]),
+            test_accuracy=float(test[1]) if tested else None, images_trained=seen,
         )
 
     # --- weights: reset, seeds, snapshot -----------------------------------------------------------------
@@ -222,7 +255,9 @@ class HostTrainer:
             torch.manual_seed(init_seed)
             fresh = HostModel(self.cfg.host_widths, self.cfg.slot_block_indices)
         with torch.no_grad():
-            torch._foreach_copy_(self._host_state(), [*fresh.host_parameters(), *fresh.host_buffers()])
+            for target, source in zip(self._host_state(), [*fresh.host_parameters(), *fresh.host_buffers()],
+                                      strict=True):
+                target.copy_(source)
         self.optimizer.reset_state()
         self.generator.manual_seed(data_seed)
         self.save_snapshot()
@@ -231,24 +266,14 @@ class HostTrainer:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(init_seed)
             self.model.plant(slot, blueprint, gated)
-        module = self.model.slots[slot].to(memory_format=self.memory_format)
+        module = self.model.slots[slot]
+        if self.device.type == "cuda":
+            module.to(memory_format=torch.channels_last)
         self.optimizer.add_group(slot, seed_parameters(module))
 
     def remove_seed(self, slot: int) -> None:
         self.optimizer.remove_group(slot)
         self.model.slots[slot].clear()
-
-    def set_modes(self, modes: tuple[ForwardMode, ...]) -> None:
-        """Set each slot's forward mode and the validation configurations that follow from them."""
-        for module, mode in zip(self.model.slots, modes, strict=True):
-            module.mode = mode if module.seed is not None else ForwardMode.OFF
-        plan = eval_plan(self.modes())
-        if plan != self.plan:
-            self.plan = plan
-            self.config_mask = torch.from_numpy(plan_table(plan, len(modes))).to(self.device)
-
-    def modes(self) -> tuple[ForwardMode, ...]:
-        return tuple(s.mode for s in self.model.slots)
 
     def _host_state(self) -> list[torch.Tensor]:
         return [*self.model.host_parameters(), *self.model.host_buffers()]
@@ -263,12 +288,23 @@ class HostTrainer:
         self.optimizer.reset_state()
 
     @torch.no_grad()
-    def seed_is_finite(self, slot: int) -> bool:
-        params = seed_parameters(self.model.slots[slot])
-        return all(bool(torch.isfinite(p).all()) for p in params)  # sync: only after a rollback
+    def _inject(self, fault: str) -> None:
+        """Break this epoch without adding work to every step: a NaN input image ("nan_loss"), classifier
+        weights scaled 1e4-fold ("exploding_loss"), or a NaN in the first live seed (else host) parameter."""
+        if fault == "nan_loss":
+            self.epoch_images[0, 0].fill_(math.nan)
+        elif fault == "exploding_loss":
+            self.model.classifier.weight.mul_(1e4)
+        elif fault == "nan_parameters":
+            seeded = [s for s in self.model.slots if s.seed is not None]
+            params = seed_parameters(seeded[0]) if seeded else self.model.host_parameters()
+            params[0].view(-1)[0] = math.nan
+        else:
+            raise ValueError(f"fault {fault!r}; expected 'nan_loss', 'exploding_loss' or 'nan_parameters'")
 
-    @torch.no_grad()
-    def poison_parameters(self, slot: int | None) -> None:
-        """Fault injection: write NaN into the first parameter of a seed (or of the host)."""
-        params = self.model.host_parameters() if slot is None else seed_parameters(self.model.slots[slot])
-        params[0].view(-1)[0] = math.nan
+
+def slot_controls(modes: tuple[ForwardMode, ...], alphas: tuple[float, ...]) -> list[float]:
+    """The per-slot control values of an epoch: blending amplitude, then straight-through and upstream flags."""
+    blending = [a if m in (ForwardMode.BLEND, ForwardMode.FULL) else 0.0 for m, a in zip(modes, alphas, strict=True)]
+    flags = [mode_flags(m) for m in modes]
+    return blending + [f[0] for f in flags] + [f[1] for f in flags]

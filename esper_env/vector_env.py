@@ -10,6 +10,8 @@ tick the lifecycle timers; compute rewards (``rewards``); build observations (``
 from __future__ import annotations
 
 import math
+import time
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -32,12 +34,13 @@ from esper_env.episode import (
 )
 from esper_env.host import host_param_count
 from esper_env.info import StepRecord, build_step_info, reset_info
-from esper_env.lifecycle import forward_mode
+from esper_env.lifecycle import ForwardMode, forward_mode
 from esper_env.observation import observe
 from esper_env.rewards import CHANCE_ACCURACY, RewardInputs, potential, step_reward
 from esper_env.seeds import seed_param_count
+from esper_env.training import slot_controls
 
-FAULTS = {"nan_loss": (1.0, math.nan), "exploding_loss": (1e6, 0.0), "nan_parameters": (1.0, 0.0)}
+FAULTS = ("nan_loss", "exploding_loss", "nan_parameters")
 
 
 class EsperVectorEnv(VectorEnv):
@@ -65,6 +68,7 @@ class EsperVectorEnv(VectorEnv):
         self._faults: dict[int, str] = {}
         self._obs = np.zeros(self.observation_space.shape, dtype=np.float32)
         self._op_slot = np.zeros((num_envs, len(spaces.Op), cfg.num_slots), dtype=bool)
+        self.timings: Counter[str] = Counter()  # seconds in "step" and in its "engine" part (training + validation)
 
     # --- public API beyond Gymnasium's ----------------------------------------------------------------------
     @property
@@ -134,13 +138,24 @@ class EsperVectorEnv(VectorEnv):
         self._engine.release_graphs(i)
         self._engine.trainers[i].reset(init_seed, data_seed)
         self._episodes[i] = Episode.fresh(self.config.num_slots)
-        self._sync_modes(i)
+        self._sync_plan(i)
         self._pending_reset[i] = self._finished[i] = False
         self._faults.pop(i, None)
         self._refresh_view(i)
 
     # --- step -------------------------------------------------------------------------------------------
     def step(self, actions: Any):
+        start = time.perf_counter()
+        result = self._step(actions)
+        self.timings["step"] += time.perf_counter() - start
+        return result
+
+    @property
+    def graph_captures(self) -> int:
+        """CUDA graphs captured so far (0 without graphs): each lifecycle change of the modules costs one or two."""
+        return self._engine.captures
+
+    def _step(self, actions: Any):
         actions = masks.validate_actions(actions, self.num_envs, self.single_action_space.nvec)
         stuck = np.flatnonzero(self._finished & ~self._pending_reset)
         if stuck.size:
@@ -154,7 +169,9 @@ class EsperVectorEnv(VectorEnv):
         test = [i for i in active if self.config.report_test_accuracy
                 and self._episodes[i].epoch + 1 == self.config.max_epochs]
         controls = {i: self._epoch_control(i) for i in active}
+        engine_start = time.perf_counter()
         metrics = self._engine.run_epoch(controls, test)
+        self.timings["engine"] += time.perf_counter() - engine_start
         for i in active:
             self._finish_step(i, records[i], self._measure(i, metrics[i], i in test))
         return self._autoreset(records)
@@ -171,12 +188,11 @@ class EsperVectorEnv(VectorEnv):
     def _epoch_control(self, i: int) -> EpochControl:
         ep, cfg = self._episodes[i], self.config
         fault = self._faults.pop(i, None)
-        if fault == "nan_parameters":
-            seeded = [s for s, state in enumerate(ep.slots) if state.has_seed]
-            self._engine.trainers[i].poison_parameters(seeded[0] if seeded else None)
         schedule = 0.5 * (1.0 + math.cos(math.pi * ep.epoch / cfg.max_epochs))
-        return EpochControl(alphas=[s.alpha for s in ep.slots], lrs=(cfg.host_lr * schedule, cfg.seed_lr * schedule),
-                            fault=FAULTS[fault] if fault else (1.0, 0.0))
+        modes = tuple(forward_mode(s.stage) for s in ep.slots)
+        controls = slot_controls(modes, tuple(s.alpha for s in ep.slots))
+        return EpochControl(controls + [cfg.host_lr * schedule, cfg.seed_lr * schedule],
+                            fault=fault)
 
     def _measure(self, i: int, row: np.ndarray, tested: bool) -> Measurement:
         return self._engine.trainers[i].read_measurement(row, tested)
@@ -246,10 +262,11 @@ class EsperVectorEnv(VectorEnv):
                 trainer.plant_seed(change.slot, change.blueprint, change.gated, init_seed)
             else:
                 trainer.remove_seed(change.slot)
-        self._sync_modes(i)
+        self._sync_plan(i)
 
-    def _sync_modes(self, i: int) -> None:
-        self._engine.trainers[i].set_modes(tuple(forward_mode(s.stage) for s in self._episodes[i].slots))
+    def _sync_plan(self, i: int) -> None:
+        blended = tuple(forward_mode(s.stage) in (ForwardMode.BLEND, ForwardMode.FULL) for s in self._episodes[i].slots)
+        self._engine.trainers[i].set_plan(blended)
 
     def _seed_params(self, i: int) -> float:
         return seed_params(self._episodes[i].slots, self._param_table)

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from esper_env.host import HostModel, host_param_count, seed_parameters
+from esper_env.host import HostModel, host_param_count, mode_flags, seed_parameters
 from esper_env.lifecycle import ForwardMode
 from esper_env.seeds import BLUEPRINTS, build_seed, seed_param_count
 from esper_env.spaces import BLUEPRINT_NAMES
@@ -17,6 +17,17 @@ WIDTHS, SLOTS = (8, 16, 32), (0, 1, 2)
 def _model(seed: int = 0) -> HostModel:
     torch.manual_seed(seed)
     return HostModel(WIDTHS, SLOTS)
+
+
+def _flags(modes: dict[int, ForwardMode]) -> torch.Tensor:
+    """(2, num_slots) straight-through and upstream flags; slots not named are OFF."""
+    return torch.tensor([mode_flags(modes.get(i, ForwardMode.OFF)) for i in range(len(SLOTS))]).T.contiguous()
+
+
+def _alphas(modes: dict[int, ForwardMode], alpha: float) -> torch.Tensor:
+    """Blending amplitude per slot: alpha where the mode blends, 0 where it incubates."""
+    values = [alpha if modes.get(i) in (ForwardMode.BLEND, ForwardMode.FULL) else 0.0 for i in range(len(SLOTS))]
+    return torch.tensor(values)
 
 
 def _batch(seed: int = 1):
@@ -35,12 +46,11 @@ def test_registry_follows_the_action_head_order():
 def test_planting_any_seed_leaves_the_output_unchanged(blueprint, slot, mode, gated):
     model = _model()
     x, _ = _batch()
-    alphas = torch.full((len(SLOTS), 1), 0.7)
+    modes = {slot: mode}
     model.train()
-    before = model(x, alphas)
+    before = model(x, _alphas(modes, 0.7), _flags(modes))
     model.plant(slot, blueprint, gated)
-    model.slots[slot].mode = mode
-    after = model(x, alphas)
+    after = model(x, _alphas(modes, 0.7), _flags(modes))
     assert torch.allclose(before, after, atol=1e-6, rtol=0)
 
 
@@ -56,9 +66,9 @@ def test_host_parameter_count():
     assert host_param_count(WIDTHS) == sum(p.numel() for p in _model().host_parameters())
 
 
-def _host_grads(model: HostModel, x, y) -> list[torch.Tensor]:
+def _host_grads(model: HostModel, x, y, modes: dict[int, ForwardMode]) -> list[torch.Tensor]:
     model.zero_grad(set_to_none=True)
-    F.cross_entropy(model(x, torch.ones(len(SLOTS), 1)), y).backward()
+    F.cross_entropy(model(x, _alphas(modes, 1.0), _flags(modes)), y).backward()
     return [p.grad.clone() for p in model.host_parameters()]
 
 
@@ -66,9 +76,9 @@ def _host_grads(model: HostModel, x, y) -> list[torch.Tensor]:
 def test_incubation_leaves_host_gradients_identical_and_teaches_the_seed(blueprint):
     model = _model()
     x, y = _batch()
-    plain = _host_grads(model, x, y)
+    plain = _host_grads(model, x, y, {})
     model.plant(1, blueprint, gated=False)
-    incubated = _host_grads(model, x, y)
+    incubated = _host_grads(model, x, y, {1: ForwardMode.INCUBATE})
     for a, b in zip(plain, incubated, strict=True):
         assert torch.equal(a, b)
     seed_grads = [p.grad for p in seed_parameters(model.slots[1])]
@@ -86,8 +96,7 @@ def test_fossilized_seed_passes_gradients_to_upstream_host_layers():
         with torch.no_grad():  # let the seed be something other than the identity
             for p in seed_parameters(model.slots[2]):
                 p.add_(0.1)
-        model.slots[2].mode = mode
-        grads[mode] = _host_grads(model, x, y)[0]  # the first conv's weight
+        grads[mode] = _host_grads(model, x, y, {2: mode})[0]  # the first conv's weight
     assert grads[ForwardMode.BLEND].abs().sum() == 0  # alpha = 1 with a detached seed input cuts the path
     assert grads[ForwardMode.FULL].abs().sum() > 0
 
@@ -98,11 +107,11 @@ def test_stacked_configurations_apply_alpha_per_configuration():
     with torch.no_grad():
         for p in seed_parameters(model.slots[0]):
             p.add_(0.3)
-    model.slots[0].mode = ForwardMode.FULL
+    flags = _flags({0: ForwardMode.FULL})
     x, _ = _batch()
     with torch.no_grad():
-        on = model(x, torch.ones(3, 1))
-        off = model(x, torch.zeros(3, 1))
-        stacked = model(torch.cat([x, x]), torch.tensor([[1.0, 0.0]] * 3))
+        on = model(x, torch.ones(3), flags)
+        off = model(x, torch.zeros(3), flags)
+        stacked = model(torch.cat([x, x]), torch.tensor([[1.0, 0.0]] * 3), flags)
     assert torch.allclose(stacked[:8], on, atol=1e-5) and torch.allclose(stacked[8:], off, atol=1e-5)
     assert not torch.allclose(on, off)

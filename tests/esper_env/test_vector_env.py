@@ -186,7 +186,8 @@ def test_masks_follow_the_lifecycle(tiny):
     np.testing.assert_array_equal(env.unwrapped.action_masks(), info["action_mask"])
 
 
-def test_fault_rolls_back_one_sub_env_and_leaves_the_others_alone(tiny):
+@pytest.mark.parametrize("fault", ["nan_loss", "exploding_loss", "nan_parameters"])
+def test_fault_rolls_back_one_sub_env_and_leaves_the_others_alone(tiny, fault):
     n = 3
     venv = gym.make_vec(ID, num_envs=n, **tiny)
     clean = gym.make_vec(ID, num_envs=n, **tiny)
@@ -195,7 +196,7 @@ def test_fault_rolls_back_one_sub_env_and_leaves_the_others_alone(tiny):
     actions = np.stack([_germinate(slot=i) for i in range(n)])
     venv.step(actions)
     clean.step(actions)
-    venv.unwrapped.inject_fault(1, "nan_loss")
+    venv.unwrapped.inject_fault(1, fault)
     obs, rew, term, trunc, info = venv.step(np.zeros((n, 5), dtype=np.int64))
     c_obs, c_rew, *_ = clean.step(np.zeros((n, 5), dtype=np.int64))
     assert term.tolist() == [False, True, False] and info["rollback"].tolist() == [False, True, False]
