@@ -104,6 +104,8 @@ class Engine:
             for d, row in zip(self.devices, self._rows, strict=True)
         ]
         self.streams = [torch.cuda.Stream(d) if self.use_graphs else None for d in self.devices]
+        if on_cuda:
+            torch.cuda.synchronize()  # sync: setup only; shared tensors are ready before any stream reads them
         self._graphs: list[GraphSet | None] = [None] * num_envs
         self.captures = 0
         self._pools = [self._open_pool(i) for i in range(num_envs)] if self.use_graphs else []

@@ -7,6 +7,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from esper_env.render import RENDER_METADATA
 from esper_env.vector_env import EsperVectorEnv
 
 
@@ -100,7 +101,7 @@ class EsperEnv(gym.Env):
     * v0: initial release.
     """
 
-    metadata: dict[str, Any] = {"render_modes": []}
+    metadata: dict[str, Any] = dict(RENDER_METADATA)
 
     def __init__(self, render_mode: str | None = None, **kwargs: Any) -> None:
         kwargs.pop("autoreset_mode", None)  # the single env resets explicitly
@@ -136,6 +137,11 @@ class EsperEnv(gym.Env):
             raise ValueError(f"action has shape {np.shape(action)}; expected ({len(self.action_space.nvec)},)")
         obs, reward, terminated, truncated, info = self._vector.step(batched)
         return obs[0].copy(), float(reward[0]), bool(terminated[0]), bool(truncated[0]), self._unbatch(info)
+
+    def render(self) -> np.ndarray | None:
+        """With ``render_mode="rgb_array"``: an RGB frame of the episode so far (accuracy curve, slot timelines)."""
+        frames = self._vector.render()
+        return None if frames is None else frames[0]
 
     def action_masks(self) -> np.ndarray:
         """The current flat (marginal) mask: what sb3-contrib's MaskablePPO reads."""

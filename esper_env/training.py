@@ -105,6 +105,10 @@ class HostTrainer:
         self.plan = eval_plan(self.blended)
         self.config_mask = torch.ones(n, 1, dtype=self.dtype, device=self.device)
         self.generator = torch.Generator(device=self.device)
+        # Prepared here, on the default stream, before any sub-env stream reads them: built lazily inside one
+        # sub-env's stream, the shared tensors raced with the other sub-envs' first reads.
+        self.val_images = prepared_images(dataset, "val", self.dtype)
+        self.test_images = prepared_images(dataset, "test", self.dtype)
         self._allocate_epoch_buffers()
         self._snapshot = [t.detach().clone() for t in self._host_state()]
 
@@ -201,13 +205,13 @@ class HostTrainer:
         out = self.metrics[lay.eval].view(lay.num_configs, 2)[: len(self.plan)]
         out.zero_()
         alphas = self.alpha.view(-1, 1) * self.config_mask
-        self._measure(prepared_images(self.data, "val", self.dtype), self.data.val_y, alphas, out)
+        self._measure(self.val_images, self.data.val_y, alphas, out)
 
     @torch.no_grad()
     def evaluate_test(self) -> None:
         out = self.metrics[self.layout.test].view(1, 2)
         out.zero_()
-        self._measure(prepared_images(self.data, "test", self.dtype), self.data.test_y, self.alpha, out)
+        self._measure(self.test_images, self.data.test_y, self.alpha, out)
 
     def _measure(self, images: torch.Tensor, labels: torch.Tensor, alphas: torch.Tensor, out: torch.Tensor) -> None:
         self.model.eval()

@@ -36,6 +36,7 @@ from esper_env.host import host_param_count
 from esper_env.info import StepRecord, build_step_info, reset_info
 from esper_env.lifecycle import ForwardMode, forward_mode
 from esper_env.observation import observe
+from esper_env.render import RENDER_METADATA, Renderer, split_vector_info
 from esper_env.rewards import CHANCE_ACCURACY, RewardInputs, potential, step_reward
 from esper_env.seeds import seed_param_count
 from esper_env.training import slot_controls
@@ -46,7 +47,7 @@ FAULTS = ("nan_loss", "exploding_loss", "nan_parameters")
 class EsperVectorEnv(VectorEnv):
     """``num_envs`` sub-envs, each training its own host CNN; see :class:`esper_env.env.EsperEnv` for the spec."""
 
-    metadata: dict[str, Any] = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
+    metadata: dict[str, Any] = {**RENDER_METADATA, "autoreset_mode": AutoresetMode.NEXT_STEP}
 
     def __init__(self, num_envs: int = 1, render_mode: str | None = None, **kwargs: Any) -> None:
         if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
@@ -54,6 +55,10 @@ class EsperVectorEnv(VectorEnv):
         self.config = cfg = EnvConfig.from_kwargs(**kwargs)
         self.metadata = {**type(self).metadata, "autoreset_mode": AutoresetMode(cfg.autoreset_mode)}
         self.num_envs, self.render_mode = num_envs, render_mode
+        if render_mode not in (None, *RENDER_METADATA["render_modes"]):
+            raise ValueError(f"render_mode={render_mode!r}; expected None or one of {RENDER_METADATA['render_modes']}")
+        self._renderers = [Renderer(cfg.num_slots, cfg.max_epochs, title=f"sub-env {i}" if num_envs > 1 else "")
+                           for i in range(num_envs)] if render_mode else []
         self.single_action_space = spaces.action_space(cfg.num_slots)
         self.action_space = batch_space(self.single_action_space, num_envs)
         self.single_observation_space = spaces.observation_space(cfg.num_slots)
@@ -107,6 +112,9 @@ class EsperVectorEnv(VectorEnv):
             elif self._rngs[i] is None:
                 self._rngs[i] = np.random.default_rng(int(self.np_random.integers(2**63)))
             self._reset_sub_env(i)
+        for i, renderer in enumerate(self._renderers):
+            if mask[i]:
+                renderer.reset(self.config.num_slots, self.config.max_epochs)
         return self._obs.copy(), reset_info(self._op_slot, self.action_masks(), mask)
 
     def _reset_mask(self, options: dict[str, Any] | None) -> np.ndarray:
@@ -148,7 +156,13 @@ class EsperVectorEnv(VectorEnv):
         start = time.perf_counter()
         result = self._step(actions)
         self.timings["step"] += time.perf_counter() - start
+        for i, renderer in enumerate(self._renderers):
+            renderer.step(split_vector_info(result[4], i))
         return result
+
+    def render(self) -> tuple[np.ndarray, ...] | None:
+        """One frame per sub-env with ``render_mode="rgb_array"``: its episode so far (``esper_env.render``)."""
+        return tuple(r.frame() for r in self._renderers) if self._renderers else None
 
     @property
     def graph_captures(self) -> int:
@@ -242,12 +256,13 @@ class EsperVectorEnv(VectorEnv):
         elif mode == AutoresetMode.DISABLED:
             self._finished |= done
         elif done.any():
-            info = {**info, "final_obs": np.array(list(obs), dtype=object), "_final_obs": done,
-                    "final_info": info, "_final_info": done}
+            final_obs = np.empty(self.num_envs, dtype=object)  # Gymnasium: an object array of observations
+            final_obs[:] = list(obs)
+            info = {**info, "final_obs": final_obs, "_final_obs": done, "final_info": info, "_final_info": done}
             for i in np.flatnonzero(done):
                 self._reset_sub_env(i)
             obs = self._obs.copy()
-            info.update(reset_info(self._op_slot, self.action_masks(), np.ones(self.num_envs, dtype=bool)))
+            info.update(reset_info(self._op_slot, self.action_masks(), done))
         rewards = np.array([records[i].reward if i in records else 0.0 for i in range(self.num_envs)])
         term = np.array([i in records and records[i].terminated for i in range(self.num_envs)])
         trunc = np.array([i in records and records[i].truncated for i in range(self.num_envs)])

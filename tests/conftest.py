@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# One thread: on a loaded 2-core machine, two OpenMP threads per process made tiny steps 50x slower.
+torch.set_num_threads(1)
 
 TINY = {
     "device": "cpu",

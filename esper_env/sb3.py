@@ -1,0 +1,256 @@
+"""``Sb3VecEnv``: the native Esper vector env behind Stable-Baselines3's ``VecEnv`` API, with action masks.
+
+SB3 cannot take a ``gymnasium.vector.VectorEnv`` (its ``_patch_env`` rejects one, SB3 issues #1568, #1608) and
+ships no adapter (its docs ask for a tool-specific one, issue #1745), so this module is that adapter::
+
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.vec_env import VecMonitor
+    from esper_env.sb3 import make_sb3_env
+
+    env = VecMonitor(make_sb3_env("Esper-Synthetic-v0", num_envs=4, flatten=True))
+    model = MaskablePPO("MlpPolicy", env, n_steps=50, seed=0).learn(10_000)
+
+Two action spaces, chosen by ``flatten``:
+
+* ``flatten=True``: ``Discrete(J)`` over :func:`esper_env.wrappers.joint_actions` (199 with 3 slots), through
+  :class:`~esper_env.wrappers.FlattenVectorActions`; ``action_masks`` are exact (``joint_mask(op_slot_mask)``),
+  so MaskablePPO never picks an invalid action.
+* ``flatten=False``: the native ``MultiDiscrete([5, num_slots, 7, 3, 3])`` with the flat marginal masks
+  ``info["action_mask"]``. MaskablePPO masks each head on its own (sb3-contrib issues #197, #242), so it may pick
+  an op/slot pair that no mask forbids on its own; the env executes it as WAIT and flags
+  ``info["invalid_action"]``.
+
+Resets. SB3 expects a same-step reset: a finished sub-env's step already returns its next episode's first
+observation, the last one goes in ``infos[i]["terminal_observation"]``. :func:`make_sb3_env` builds the native
+env with ``autoreset_mode="Disabled"`` and the adapter resets the finished sub-envs itself with
+``reset(options={"reset_mask": dones})``: the adapter then owns the whole SB3 contract in one place (which obs is
+terminal, which masks are current) and needs no ``final_obs``/``final_info`` unpacking. A native env built with
+``autoreset_mode="SameStep"`` is accepted too and gives the same trajectories; ``NextStep`` is refused because
+its extra reset step has no place in SB3's API. Seeds from ``seed()`` and options from ``set_options()`` are used
+at the next ``reset()`` only, as in SB3's ``DummyVecEnv``; the resets between episodes draw from each sub-env's
+own generator, so a seeded run is reproducible.
+
+Sub-envs are rows of one native vector env, not separate ``gym.Env`` objects. Hence: ``env_method`` and
+``get_attr`` serve ``action_masks`` per sub-env from the latest step, and call (or read) anything else once on the
+native env, returning that one result for each requested index; ``set_attr`` sets it on the native env and
+refuses a strict subset of indices; ``env_is_wrapped`` is ``False`` for every index because no ``gym.Wrapper``
+wraps a row (so wrap the adapter in ``VecMonitor``, which the maskable ``evaluate_policy`` detects on its own).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvStepReturn
+
+from esper_env.wrappers import FlattenVectorActions
+
+MASK_METHOD = "action_masks"  # the name sb3-contrib's get_action_masks and is_masking_supported look up
+_SAME_STEP_KEYS = ("final_obs", "final_info")  # SameStep's bookkeeping, turned into SB3's terminal_observation
+
+
+class Sb3VecEnv(VecEnv):
+    """SB3 ``VecEnv`` over a native vector env whose info carries ``action_mask`` (and ``op_slot_mask`` to flatten).
+
+    Args:
+        venv: an :class:`~esper_env.vector_env.EsperVectorEnv` (or a ``VectorEnv`` with the same info keys) built
+            with ``autoreset_mode`` ``"Disabled"`` (preferred) or ``"SameStep"``.
+        flatten: ``True`` for ``Discrete(J)`` actions with exact joint masks, ``False`` for the native
+            ``MultiDiscrete`` actions with the marginal masks.
+    """
+
+    def __init__(self, venv: VectorEnv, flatten: bool = False) -> None:
+        if not isinstance(venv, VectorEnv):
+            raise TypeError(f"venv is a {type(venv).__name__}; expected a gymnasium.vector.VectorEnv")
+        mode = AutoresetMode(venv.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
+        if mode not in (AutoresetMode.DISABLED, AutoresetMode.SAME_STEP):
+            raise ValueError(f"venv has autoreset_mode={mode.value!r}; expected 'Disabled' (make_sb3_env's "
+                             "choice) or 'SameStep', because SB3 resets a finished sub-env within the same step")
+        self.flatten, self._mode = bool(flatten), mode
+        self.venv: VectorEnv = FlattenVectorActions(venv) if flatten else venv
+        space = self.venv.single_action_space
+        if not isinstance(space, gym.spaces.Discrete | gym.spaces.MultiDiscrete):
+            raise ValueError(f"single action space {space}; expected Discrete or MultiDiscrete (MaskablePPO)")
+        width = int(space.n) if isinstance(space, gym.spaces.Discrete) else int(np.sum(space.nvec))
+        self._masks = np.ones((venv.num_envs, width), dtype=bool)  # replaced by the first reset's masks
+        self._actions: np.ndarray | None = None
+        super().__init__(venv.num_envs, venv.single_observation_space, space)
+
+    @property
+    def vector_env(self) -> VectorEnv:
+        """The native (unwrapped) vector env."""
+        return self.venv.unwrapped
+
+    # --- reset and step -------------------------------------------------------------------------------------
+    def reset(self) -> np.ndarray:
+        """Reset every sub-env with the seeds of ``seed()`` and the options of ``set_options()``, then forget them."""
+        seeds = None if all(s is None for s in self._seeds) else list(self._seeds)
+        obs, info = self.venv.reset(seed=seeds, options=self._reset_options_for_native())
+        self.reset_infos = [_row(info, i) for i in range(self.num_envs)]
+        self._masks = self._stack_masks(self.reset_infos)
+        self._reset_seeds()
+        self._reset_options()
+        return np.array(obs, dtype=np.float32)
+
+    def _reset_options_for_native(self) -> dict[str, Any] | None:
+        # The native env takes one options dict for all sub-envs; SB3 keeps one per sub-env.
+        first = self._options[0]
+        if any(o != first for o in self._options):
+            raise ValueError(f"per-sub-env reset options {self._options}; expected the same dict for every "
+                             "sub-env (the native vector env takes one)")
+        if "reset_mask" in first:
+            raise ValueError(f"reset option reset_mask={first['reset_mask']!r}; expected none: reset() resets "
+                             "every sub-env and the adapter resets finished ones itself")
+        return dict(first) or None
+
+    def step_async(self, actions: np.ndarray) -> None:
+        self._actions = np.asarray(actions)
+
+    def step_wait(self) -> VecEnvStepReturn:
+        if self._actions is None:
+            raise RuntimeError("step_wait() called without a pending step_async(actions)")
+        actions, self._actions = self._actions, None
+        obs, rewards, terminated, truncated, info = self.venv.step(actions)
+        obs = np.array(obs, dtype=np.float32)
+        terminated, truncated = np.asarray(terminated, dtype=bool), np.asarray(truncated, dtype=bool)
+        dones = terminated | truncated
+        infos = [_row(info, i) for i in range(self.num_envs)]
+        if dones.any():
+            terminal = self._reset_finished(obs, info, dones, infos)
+        for i in range(self.num_envs):
+            # Set for every sub-env, as SB3's DummyVecEnv does; PPO bootstraps the value where it is True.
+            infos[i]["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
+            if dones[i]:
+                infos[i]["terminal_observation"] = terminal[i]
+        self._masks = self._stack_masks(infos)
+        return obs, np.asarray(rewards, dtype=np.float32), dones, infos
+
+    def _reset_finished(self, obs: np.ndarray, info: dict[str, Any], dones: np.ndarray,
+                        infos: list[dict[str, Any]]) -> list[np.ndarray | None]:
+        """Start the next episode of each finished sub-env in place: splice its reset obs into ``obs`` and its
+        reset masks into ``infos``; return the terminal observations (``None`` where not done)."""
+        if self._mode == AutoresetMode.SAME_STEP:
+            # The native env has already reset: obs and the top-level masks are the new episode's; the
+            # step's own info and last obs are under final_info / final_obs.
+            final_obs, final_info = info["final_obs"], info["final_info"]
+            terminal = [np.array(final_obs[i], dtype=np.float32) if done else None for i, done in enumerate(dones)]
+            for i in np.flatnonzero(dones):
+                infos[i] = {**_row(final_info, i), **infos[i]}
+                self.reset_infos[i] = _row(info, i)
+            return terminal
+        terminal = [obs[i].copy() if done else None for i, done in enumerate(dones)]
+        reset_obs, reset_info = self.venv.reset(options={"reset_mask": dones.copy()})
+        for i in np.flatnonzero(dones):
+            obs[i] = reset_obs[i]
+            self.reset_infos[i] = _row(reset_info, i)
+            infos[i].update(self.reset_infos[i])  # the next action is chosen under the new episode's masks
+        return terminal
+
+    def _stack_masks(self, infos: list[dict[str, Any]]) -> np.ndarray:
+        rows = []
+        for i, row in enumerate(infos):
+            mask = row.get("action_mask")
+            if mask is None or np.shape(mask) != self._masks.shape[1:]:
+                raise ValueError(f"info['action_mask'] of sub-env {i} is {mask!r}; expected a bool array of shape "
+                                 f"{self._masks.shape[1:]} from the native Esper vector env")
+            rows.append(np.asarray(mask, dtype=bool))
+        return np.stack(rows)
+
+    # --- masks and attributes -------------------------------------------------------------------------------
+    def action_masks(self) -> np.ndarray:
+        """The current masks, bool ``(num_envs, J)`` when flattened, else ``(num_envs, sum(nvec))``."""
+        return self._masks.copy()
+
+    def has_attr(self, attr_name: str) -> bool:
+        if attr_name == MASK_METHOD:
+            return True
+        try:
+            self._native_attr(attr_name)
+        except AttributeError:
+            return False
+        return True
+
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        targets = self._indices(indices)
+        if attr_name == MASK_METHOD:
+            return [self._mask_getter(i) for i in targets]
+        value = self._native_attr(attr_name)
+        return [value for _ in targets]
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        targets = self._indices(indices)
+        if sorted(targets) != list(range(self.num_envs)):
+            raise ValueError(f"set_attr({attr_name!r}) for indices {targets}; expected all {self.num_envs} "
+                             "sub-envs, because they share one native vector env")
+        setattr(self.venv.unwrapped, attr_name, value)
+        if attr_name == "render_mode":
+            self.render_mode = value
+
+    def env_method(self, method_name: str, *method_args: Any, indices: VecEnvIndices = None,
+                   **method_kwargs: Any) -> list[Any]:
+        targets = self._indices(indices)
+        if method_name == MASK_METHOD:
+            return [self._masks[i].copy() for i in targets]
+        result = self._native_attr(method_name)(*method_args, **method_kwargs)  # once: it serves every sub-env
+        return [result for _ in targets]
+
+    def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
+        # A sub-env is a row of the native vector env: no gym.Wrapper (Monitor included) can wrap it.
+        return [False for _ in self._indices(indices)]
+
+    def get_images(self) -> Sequence[np.ndarray | None]:
+        frames = self.venv.render()
+        return [None] * self.num_envs if frames is None else list(frames)
+
+    def close(self) -> None:
+        self.venv.close()
+
+    def _mask_getter(self, i: int) -> Callable[[], np.ndarray]:
+        return lambda: self._masks[i].copy()
+
+    def _native_attr(self, name: str) -> Any:
+        # The outer gymnasium wrapper first (it owns the flattened spaces), then the native env.
+        for target in (self.venv, self.venv.unwrapped):
+            if hasattr(target, name):
+                return getattr(target, name)
+        raise AttributeError(f"attribute {name!r} not found; expected {MASK_METHOD!r}, 'render_mode' or an "
+                             f"attribute of {type(self.venv.unwrapped).__name__}")
+
+    def _indices(self, indices: VecEnvIndices) -> list[int]:
+        targets = [int(i) for i in self._get_indices(indices)]
+        bad = [i for i in targets if not 0 <= i < self.num_envs]
+        if bad:
+            raise ValueError(f"sub-env indices {bad}; expected integers in [0, {self.num_envs})")
+        return targets
+
+
+def _row(info: dict[str, Any], i: int) -> dict[str, Any]:
+    """Sub-env ``i``'s view of a Gymnasium vector info dict: each key ``k`` where ``info["_k"][i]`` is set."""
+    row: dict[str, Any] = {}
+    for key, value in info.items():
+        if key.startswith("_") or key in _SAME_STEP_KEYS:
+            continue
+        present = info.get(f"_{key}")
+        if present is not None and not present[i]:
+            continue
+        item = _row(value, i) if isinstance(value, dict) else value[i]
+        row[key] = item.copy() if isinstance(item, np.ndarray) else item
+    return row
+
+
+def make_sb3_env(env_id: str, num_envs: int, flatten: bool, seed: int | None = None,
+                 **env_kwargs: Any) -> Sb3VecEnv:
+    """Build ``gym.make_vec(env_id, num_envs, autoreset_mode="Disabled", **env_kwargs)`` behind :class:`Sb3VecEnv`.
+
+    ``seed`` seeds the first ``reset()`` (sub-env ``i`` gets ``seed + i``, SB3's convention); ``env_kwargs`` are
+    :class:`esper_env.config.EnvConfig` fields and may override ``autoreset_mode`` with ``"SameStep"``.
+    """
+    venv = gym.make_vec(env_id, num_envs=num_envs, **{"autoreset_mode": "Disabled", **env_kwargs})
+    adapter = Sb3VecEnv(venv, flatten=flatten)
+    if seed is not None:
+        adapter.seed(seed)
+    return adapter
