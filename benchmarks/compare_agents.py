@@ -1,0 +1,217 @@
+"""The head-to-head: every policy on the same env config, seeds and budget of host epochs.
+
+Arms: ``esper_agent`` (our factored recurrent PPO), ``maskable_flat`` (sb3-contrib MaskablePPO on the flattened
+joint action with exact masks), ``maskable_multidiscrete`` (MaskablePPO on the MultiDiscrete heads with the
+marginal masks), ``heuristic``, ``random`` (uniform over valid joint actions) and ``static`` (always WAIT).
+
+Each (arm, seed) is one resumable slice: it trains (learning arms) for ``--budget-epochs`` host epochs (the
+expensive unit: one sub-env step = one host epoch), then evaluates ``--eval-episodes`` episodes (one per sub-env of
+an evaluation env seeded apart from training, deterministic actions, test accuracy measured at the end) and writes
+``<out>/<env>/<arm>/seed<k>.json`` plus one timeline PNG per evaluated episode. Existing slices are skipped, so a
+campaign larger than one session's device time is split over sessions; ``benchmarks/compare_report.py`` rebuilds
+the table and learning curves from every committed slice.
+
+    python -m benchmarks.compare_agents --env Esper-CIFAR10-Fast-v0 --arms heuristic random static \\
+        --seeds 0 1 2 3 4 --out benchmarks/results/compare
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+import esper_env  # noqa: F401
+from benchmarks.throughput import device_name
+from esper_agent.baselines import RandomValidActor, StaticActor
+from esper_agent.config import AgentConfig
+from esper_agent.distributions import ActionMasks
+from esper_agent.evaluate import PolicyActor
+from esper_agent.heuristic import HeuristicActor
+from esper_agent.train import git_commit
+from esper_agent.trainer import Trainer
+from esper_env.config import EnvConfig
+from esper_env.render import EpisodeRecord, split_vector_info, write_contact_sheet, write_episode_png
+from esper_env.spaces import head_sizes
+from esper_env.wrappers import joint_actions, joint_mask
+
+ARMS = ("esper_agent", "maskable_flat", "maskable_multidiscrete", "heuristic", "random", "static")
+LEARNING_ARMS = ("esper_agent", "maskable_flat", "maskable_multidiscrete")
+EVAL_SEED_OFFSET = 100_000  # evaluation envs never replay a training seed
+
+
+class Sb3Actor:
+    """A trained MaskablePPO model as an Actor on the native env (joint indices mapped back to heads)."""
+
+    def __init__(self, model: Any, flatten: bool, num_slots: int) -> None:
+        self.model, self.flatten, self.table = model, flatten, joint_actions(num_slots)
+
+    def reset(self, num_envs: int) -> None:
+        del num_envs
+
+    def act(self, obs: np.ndarray, masks: ActionMasks, episode_start: np.ndarray) -> np.ndarray:
+        flat = np.stack([joint_mask(m) for m in masks.op_slot]) if self.flatten else np.asarray(masks.flat)
+        actions, _ = self.model.predict(obs, action_masks=flat, deterministic=True)
+        return self.table[actions] if self.flatten else np.asarray(actions, dtype=np.int64)
+
+
+def train_esper_agent(args: argparse.Namespace, seed: int) -> tuple[Any, list[dict]]:
+    envs = gym.make_vec(args.env, num_envs=args.num_envs, **args.env_kwargs)
+    steps = envs.unwrapped.config.max_epochs
+    config = AgentConfig(rollout_steps=steps, **json.loads(args.agent_kwargs))
+    updates = max(1, math.ceil(args.budget_epochs / (steps * args.num_envs)))
+    trainer = Trainer(envs, config, device=args.agent_device, seed=seed, total_updates=updates)
+    curve = []
+    for metrics in trainer.train():
+        curve.append({"host_epochs": trainer.env_steps, "final_accuracy": metrics.get("episode/final_accuracy"),
+                      "return": metrics.get("episode/return_mean")})
+    envs.close()
+    return PolicyActor(trainer.policy.eval(), trainer.obs_norm, deterministic=True, seed=seed), curve
+
+
+def train_maskable(args: argparse.Namespace, seed: int, flatten: bool) -> tuple[Any, list[dict]]:
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import VecMonitor
+
+    from esper_env.sb3 import make_sb3_env
+
+    env = VecMonitor(make_sb3_env(args.env, args.num_envs, flatten=flatten, seed=seed, **args.env_kwargs))
+    curve: list[dict] = []
+
+    class Curve(BaseCallback):
+        def _on_step(self) -> bool:
+            for info, done in zip(self.locals["infos"], self.locals["dones"], strict=True):
+                if done and "episode" in info:
+                    curve.append({"host_epochs": self.num_timesteps, "final_accuracy": info.get("val_accuracy"),
+                                  "return": float(info["episode"]["r"])})
+            return True
+
+    steps = _env_config(args).max_epochs
+    model = MaskablePPO("MlpPolicy", env, n_steps=steps, batch_size=steps * args.num_envs // 4, seed=seed,
+                        device="cpu", verbose=0)
+    model.learn(total_timesteps=args.budget_epochs, callback=Curve())
+    env.close()
+    return Sb3Actor(model, flatten, _env_config(args).num_slots), curve
+
+
+def _env_config(args: argparse.Namespace) -> EnvConfig:
+    """The config the env id and ``--env-kwargs`` resolve to (registered defaults, then the overrides)."""
+    return EnvConfig.from_kwargs(**{**gym.spec(args.env).kwargs, **args.env_kwargs})
+
+
+def make_actor(arm: str, args: argparse.Namespace, seed: int) -> tuple[Any, list[dict]]:
+    slots = _env_config(args).num_slots
+    if arm == "static":
+        return StaticActor(), []
+    if arm == "random":
+        return RandomValidActor(head_sizes(slots), seed=seed), []
+    if arm == "heuristic":
+        return HeuristicActor(slots), []
+    if arm == "esper_agent":
+        return train_esper_agent(args, seed)
+    return train_maskable(args, seed, flatten=arm == "maskable_flat")
+
+
+def evaluate(actor: Any, args: argparse.Namespace, seed: int) -> tuple[list[dict], list[EpisodeRecord]]:
+    """One episode per sub-env of a fresh evaluation env; test accuracy measured at each episode's end."""
+    n = args.eval_episodes
+    envs = gym.make_vec(args.env, num_envs=n, autoreset_mode="SameStep", report_test_accuracy=True,
+                        **args.env_kwargs)
+    cfg = envs.unwrapped.config
+    obs, info = envs.reset(seed=EVAL_SEED_OFFSET + seed)
+    actor.reset(n)
+    records = [EpisodeRecord.start(cfg.num_slots, cfg.max_epochs) for _ in range(n)]
+    results: list[dict | None] = [None] * n
+    returns, invalid, starts = np.zeros(n), np.zeros(n), np.ones(n, dtype=bool)
+    while any(r is None for r in results):
+        actions = actor.act(obs, ActionMasks(info["op_slot_mask"], info["action_mask"]), starts)
+        obs, rewards, terminated, truncated, info = envs.step(actions)
+        starts = terminated | truncated
+        for i in (i for i in range(n) if results[i] is None):
+            step = split_vector_info(info["final_info"] if starts[i] else info, i)
+            records[i].add(step)
+            returns[i] += rewards[i]
+            invalid[i] += bool(step["invalid_action"])
+            if starts[i]:
+                results[i] = {"return": returns[i], "val_accuracy": step["val_accuracy"],
+                              "test_accuracy": step.get("test_accuracy", math.nan),
+                              "seed_params": step["seed_params"], "rollback": bool(terminated[i]),
+                              "invalid_rate": invalid[i] / len(records[i].epoch), "length": len(records[i].epoch)}
+    envs.close()
+    return [{k: float(v) if isinstance(v, np.floating) else v for k, v in r.items()} for r in results], records
+
+
+def run_slice(arm: str, seed: int, args: argparse.Namespace, folder: Path) -> dict:
+    start = time.perf_counter()
+    actor, curve = make_actor(arm, args, seed)
+    trained = time.perf_counter()
+    episodes, records = evaluate(actor, args, seed)
+    finished = time.perf_counter()
+    for k, record in enumerate(records):
+        write_episode_png(record, folder / f"seed{seed}-episode{k}.png", title=f"{arm}, seed {seed}, episode {k}")
+    write_contact_sheet(records, folder / f"seed{seed}-sheet.png", title=f"{arm} on {args.env}, seed {seed}")
+    commit, dirty = git_commit()
+    return {"arm": arm, "seed": seed, "env": args.env, "env_kwargs": args.env_kwargs, "num_envs": args.num_envs,
+            "budget_host_epochs": args.budget_epochs if arm in LEARNING_ARMS else 0,
+            "agent_kwargs": json.loads(args.agent_kwargs) if arm == "esper_agent" else {},
+            "device": device_name(args.env_kwargs.get("device", "cuda" if torch.cuda.is_available() else "cpu")),
+            "git_commit": commit, "git_dirty": dirty, "train_seconds": trained - start,
+            "eval_seconds": finished - trained, "curve": curve, "episodes": episodes,
+            "episode_records": [json.loads(r.to_json()) for r in records]}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="Esper-CIFAR10-Fast-v0")
+    parser.add_argument("--env-kwargs", type=json.loads, default={}, help="JSON dict of env arguments")
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--num-envs", type=int, default=8, help="training sub-envs of the learning arms")
+    parser.add_argument("--budget-epochs", type=int, default=8000, help="training budget (host epochs, summed "
+                        "over sub-envs) of every learning arm")
+    parser.add_argument("--eval-episodes", type=int, default=8, help="evaluation episodes per seed")
+    parser.add_argument("--agent-kwargs", default="{}", help="JSON AgentConfig overrides for esper_agent")
+    parser.add_argument("--agent-device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/compare"))
+    args = parser.parse_args(argv)
+    for arm in args.arms:
+        folder = args.out / args.env / arm
+        folder.mkdir(parents=True, exist_ok=True)
+        for seed in args.seeds:
+            path = folder / f"seed{seed}.json"
+            if path.exists():
+                print(f"{path} exists: skipped", flush=True)
+                continue
+            result = run_slice(arm, seed, args, folder)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(_strict(result), indent=1, allow_nan=False))
+            tmp.replace(path)
+            test = [e["test_accuracy"] for e in result["episodes"]]
+            print(f"{arm} seed {seed}: test accuracy {np.nanmean(test):.4f}, seed params "
+                  f"{np.mean([e['seed_params'] for e in result['episodes']]):.0f}, "
+                  f"{result['train_seconds'] + result['eval_seconds']:.0f}s", flush=True)
+
+
+def _strict(value: Any) -> Any:
+    """Strict JSON: NaN (an accuracy that was not measured, e.g. after a rollback) becomes null."""
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_strict(v) for v in value]
+    if isinstance(value, float | np.floating):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.integer | np.bool_):
+        return value.item()
+    return value
+
+
+if __name__ == "__main__":
+    main()

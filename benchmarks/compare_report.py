@@ -1,0 +1,115 @@
+"""Rebuild the head-to-head table and learning curves from every committed ``compare_agents`` slice.
+
+    python -m benchmarks.compare_report benchmarks/results/compare/Esper-CIFAR10-Fast-v0
+
+Per arm, each seed contributes the mean over its evaluation episodes; the table gives the mean over seeds with
+a 95% Student-t confidence interval. "Gain per 1k params" is (test accuracy - static's) in percentage points per
+1,000 added seed parameters (alpha-weighted, at the end of the episode). Writes ``summary.json``,
+``table.md`` and ``curves.png`` into the folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from esper_agent.evaluate import mean_ci95
+
+ORDER = ("esper_agent", "maskable_flat", "maskable_multidiscrete", "heuristic", "random", "static")
+
+
+def load_slices(folder: Path) -> dict[str, list[dict]]:
+    arms: dict[str, list[dict]] = {}
+    for path in sorted(folder.glob("*/seed*.json")):
+        arms.setdefault(path.parent.name, []).append(json.loads(path.read_text()))
+    return dict(sorted(arms.items(), key=lambda kv: ORDER.index(kv[0]) if kv[0] in ORDER else len(ORDER)))
+
+
+def _per_seed(slices: list[dict], key: str) -> list[float]:
+    out = []
+    for s in slices:
+        values = [e[key] for e in s["episodes"] if e.get(key) is not None]
+        out.append(float(np.mean(values)) if values else math.nan)
+    return out
+
+
+def summarize(arms: dict[str, list[dict]]) -> list[dict]:
+    static = np.nanmean(_per_seed(arms["static"], "test_accuracy")) if "static" in arms else math.nan
+    rows = []
+    for arm, slices in arms.items():
+        test, half = mean_ci95(_per_seed(slices, "test_accuracy"))
+        params = float(np.nanmean(_per_seed(slices, "seed_params")))
+        gain = 100 * (test - static) / (params / 1000) if params > 0 and math.isfinite(static) else math.nan
+        rows.append({
+            "arm": arm, "seeds": sorted(s["seed"] for s in slices), "test_accuracy": test, "test_ci95": half,
+            "val_accuracy": float(np.nanmean(_per_seed(slices, "val_accuracy"))), "seed_params": params,
+            "gain_pp_per_1k_params": gain, "invalid_rate": float(np.nanmean(_per_seed(slices, "invalid_rate"))),
+            "budget_host_epochs": slices[0]["budget_host_epochs"], "rollbacks": int(sum(
+                e["rollback"] for s in slices for e in s["episodes"])),
+            "seconds_per_seed": float(np.mean([s["train_seconds"] + s["eval_seconds"] for s in slices])),
+            "device": slices[0]["device"], "episodes_per_seed": len(slices[0]["episodes"]),
+        })
+    return rows
+
+
+def markdown(rows: list[dict], env: str) -> str:
+    def pct(v: float) -> str:
+        return "n/a" if not math.isfinite(v) else f"{100 * v:.2f}"
+
+    lines = [f"Env {env}; device {rows[0]['device']}; {rows[0]['episodes_per_seed']} evaluation episodes per "
+             "seed; mean over seeds with a 95% CI.", "",
+             "| arm | seeds | test accuracy % | seed params | gain pp / 1k params | invalid actions % | "
+             "budget (host epochs) | rollbacks | wall s / seed |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        ci = "" if not math.isfinite(r["test_ci95"]) else f" ± {100 * r['test_ci95']:.2f}"
+        gain = "n/a" if not math.isfinite(r["gain_pp_per_1k_params"]) else f"{r['gain_pp_per_1k_params']:+.2f}"
+        lines.append(f"| {r['arm']} | {len(r['seeds'])} | {pct(r['test_accuracy'])}{ci} | {r['seed_params']:.0f} | "
+                     f"{gain} | {pct(r['invalid_rate'])} | {r['budget_host_epochs']} | {r['rollbacks']} | "
+                     f"{r['seconds_per_seed']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_curves(arms: dict[str, list[dict]], rows: list[dict], path: Path, env: str) -> None:
+    figure = Figure(figsize=(8, 4.5), dpi=110)
+    axis = figure.add_subplot()
+    for arm, slices in arms.items():
+        points = [(p["host_epochs"], p["final_accuracy"]) for s in slices for p in s["curve"]
+                  if p.get("final_accuracy") is not None]
+        if points:
+            x, y = np.array(points).T
+            order = np.argsort(x)
+            window = max(1, len(x) // 20)
+            smooth = np.convolve(y[order], np.ones(window) / window, mode="valid")
+            axis.plot(x[order][window - 1:], 100 * smooth, label=f"{arm} (training episodes)")
+    for row in rows:
+        if row["arm"] not in ("esper_agent", "maskable_flat", "maskable_multidiscrete"):
+            axis.axhline(100 * row["val_accuracy"], linestyle="--", linewidth=1, label=f"{row['arm']} (evaluation)")
+    axis.set(xlabel="host epochs of training", ylabel="final validation accuracy (%)", title=env)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7)
+    FigureCanvasAgg(figure).print_png(str(path))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path, help="benchmarks/results/compare/<env>")
+    args = parser.parse_args(argv)
+    arms = load_slices(args.folder)
+    if not arms:
+        raise SystemExit(f"no slices (<arm>/seed<k>.json) under {args.folder}")
+    rows = summarize(arms)
+    env = args.folder.name
+    (args.folder / "summary.json").write_text(json.dumps(rows, indent=1, default=float))
+    (args.folder / "table.md").write_text(markdown(rows, env))
+    plot_curves(arms, rows, args.folder / "curves.png", env)
+    print(markdown(rows, env))
+
+
+if __name__ == "__main__":
+    main()

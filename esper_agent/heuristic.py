@@ -1,0 +1,108 @@
+"""The rule-based baseline: germinate on a plateau, prune what hurts, fossilize what helps.
+
+It reads only the observation (decoded with ``esper_env.spaces.observation_layout``) and the masks, so it runs
+on any Esper vector env. Unlike the reference implementation's heuristic it can fossilize: the env measures
+every blended seed's counterfactual contribution each epoch, and the observation carries it.
+
+Rules, checked in this order for each sub-env every step (the first that applies wins):
+
+1. FOSSILIZE a HOLDING seed whose contribution, measured this epoch, is at least ``fossilize_above`` pp;
+2. PRUNE a blended seed (BLENDING or HOLDING) whose contribution, measured this epoch, is below
+   ``prune_below`` pp;
+3. GERMINATE into the first free slot when validation accuracy has plateaued (gained less than
+   ``plateau_gain`` over the last ``plateau_epochs`` epochs) and enough of the episode is left for a seed to
+   incubate, blend and be judged; blueprints rotate through ``blueprints``;
+4. otherwise WAIT.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from esper_env.lifecycle import Stage
+from esper_env.spaces import BLUEPRINT_NAMES, Head, Op, observation_layout
+
+CONTRIBUTION_SCALE = 10.0  # the observation stores contribution / 10 (percentage points)
+
+
+@dataclass(frozen=True)
+class HeuristicConfig:
+    plateau_gain: float = 0.02
+    """Germinate when validation accuracy gained less than this (fraction) over ``plateau_epochs`` epochs."""
+    plateau_epochs: int = 2
+    """Window of the plateau test (epochs)."""
+    min_epochs_left: float = 0.35
+    """Germinate only while at least this fraction of the episode is left (a seed needs ~8 epochs)."""
+    prune_below: float = 0.0
+    """Prune a blended seed whose fresh contribution is below this (percentage points)."""
+    fossilize_above: float = 0.0
+    """Fossilize a holding seed whose fresh contribution is at least this (percentage points)."""
+    blueprints: tuple[str, ...] = ("conv_light", "conv_small", "depthwise", "bottleneck", "attention")
+    """Blueprints to plant, in rotation."""
+    blend: int = 0
+    """Blending curve (index: 0 linear, 1 cosine, 2 gated)."""
+    tempo: int = 0
+    """Blending tempo (index: 0 = 3 epochs, 1 = 5, 2 = 8)."""
+
+
+class HeuristicActor:
+    """The rules above as an ``esper_agent.baselines.Actor``."""
+
+    def __init__(self, num_slots: int, config: HeuristicConfig | None = None) -> None:
+        self.config = config or HeuristicConfig()
+        self.fields = {f.name: f for f in observation_layout(num_slots)}
+        self.num_slots = num_slots
+        self.planted = np.zeros(0, dtype=np.int64)
+
+    def reset(self, num_envs: int) -> None:
+        self.planted = np.zeros(num_envs, dtype=np.int64)
+
+    def act(self, obs: np.ndarray, masks, episode_start: np.ndarray) -> np.ndarray:
+        if self.planted.shape[0] != obs.shape[0]:
+            self.reset(obs.shape[0])
+        self.planted[np.asarray(episode_start, dtype=bool)] = 0
+        op_slot = np.asarray(masks.op_slot)
+        return np.stack([self._one(i, obs[i], op_slot[i]) for i in range(obs.shape[0])])
+
+    def _value(self, obs: np.ndarray, name: str) -> np.ndarray:
+        field = self.fields[name]
+        return obs[field.start:field.start + field.size]
+
+    def _one(self, env: int, obs: np.ndarray, op_slot: np.ndarray) -> np.ndarray:
+        action = np.zeros(len(Head), dtype=np.int64)
+        for slot in range(self.num_slots):
+            stage = int(np.argmax(self._value(obs, f"slot{slot}.stage")))
+            fresh = self._value(obs, f"slot{slot}.contribution_freshness")[0] == 1.0
+            contribution = CONTRIBUTION_SCALE * self._value(obs, f"slot{slot}.contribution")[0]
+            if fresh and stage == Stage.HOLDING and contribution >= self.config.fossilize_above \
+                    and op_slot[Op.FOSSILIZE, slot]:
+                return _with(action, Op.FOSSILIZE, slot)
+            if fresh and stage in (Stage.BLENDING, Stage.HOLDING) and contribution < self.config.prune_below \
+                    and op_slot[Op.PRUNE, slot]:
+                return _with(action, Op.PRUNE, slot)
+        free = np.flatnonzero(op_slot[Op.GERMINATE])
+        if free.size and self._plateau(obs):
+            action = _with(action, Op.GERMINATE, int(free[0]))
+            name = self.config.blueprints[self.planted[env] % len(self.config.blueprints)]
+            action[Head.BLUEPRINT] = BLUEPRINT_NAMES.index(name)
+            action[Head.BLEND], action[Head.TEMPO] = self.config.blend, self.config.tempo
+            self.planted[env] += 1
+        return action
+
+    def _plateau(self, obs: np.ndarray) -> bool:
+        progress = self._value(obs, "progress")[0]
+        if 1.0 - progress < self.config.min_epochs_left:
+            return False
+        now = self._value(obs, "val_accuracy")[0]
+        history = self._value(obs, "val_accuracy_history")  # newest first, -1 where unknown
+        window = self.config.plateau_epochs
+        if now < 0 or history[window - 1] < 0:
+            return False
+        return now - history[window - 1] < self.config.plateau_gain
+
+
+def _with(action: np.ndarray, op: Op, slot: int) -> np.ndarray:
+    action[Head.OP], action[Head.SLOT] = op, slot
+    return action
