@@ -1,0 +1,161 @@
+"""The rollout loop: act, step the vector env, store real transitions, bootstrap truncations.
+
+Every rollout starts from ``envs.reset(seed=...)`` with a seed derived from the run seed and the update index,
+so a rollout with ``rollout_steps`` equal to the episode length holds whole episodes, and the state of a run
+between updates is entirely the agent's (which makes resuming from a checkpoint exact).
+
+Per env step the host waits for the device once: the sampled actions must reach the env as numpy. Everything
+else the step produces (log-probs, values, masks used) stays on the agent's device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from esper_agent.buffer import Rollout, RolloutStorage
+from esper_agent.distributions import ActionMasks
+from esper_agent.envs import EnvStep, VectorEnvDriver
+from esper_agent.normalize import ObservationNormalizer, RewardScaler
+from esper_agent.policy import ActOutput, LSTMState, RecurrentPolicy
+from esper_env.spaces import Op
+
+
+class EpisodeRecord(NamedTuple):
+    env: int
+    episode_return: float  # sum of raw env rewards
+    length: int  # transitions
+    final_accuracy: float  # val_accuracy at the episode's last step (NaN if the env gives none)
+    seed_params: float  # seed_params at the episode's last step (NaN if absent)
+    test_accuracy: float  # test_accuracy at the end (NaN if absent)
+    rollback: bool  # the governor ended the episode
+
+
+@dataclass
+class RolloutStats:
+    """What happened in the env during one rollout (host-side counts)."""
+
+    transitions: int = 0
+    op_counts: np.ndarray = field(default_factory=lambda: np.zeros(len(Op), np.int64))  # sampled ops
+    executed_counts: np.ndarray = field(default_factory=lambda: np.zeros(len(Op), np.int64))  # info executed_op
+    invalid: int = 0
+    invalid_reported: int = 0  # transitions whose info had ``invalid_action``
+    images: float = 0.0
+    episodes: list[EpisodeRecord] = field(default_factory=list)
+
+
+def _nan_if_absent(values: np.ndarray, present: np.ndarray, i: int) -> float:
+    return float(values[i]) if present[i] else float("nan")
+
+
+class EpisodeTracker:
+    """Accumulates returns and telemetry per sub-env and emits an :class:`EpisodeRecord` when one ends."""
+
+    def __init__(self, num_envs: int) -> None:
+        self.returns = np.zeros(num_envs)
+        self.lengths = np.zeros(num_envs, np.int64)
+        self.stats = RolloutStats()
+
+    def begin(self) -> None:
+        self.returns[:], self.lengths[:] = 0.0, 0
+        self.stats = RolloutStats()
+
+    def record(self, step: EnvStep, actions: np.ndarray) -> list[EpisodeRecord]:
+        active, stats, info = step.active, self.stats, step.info
+        self.returns[active] += step.reward[active]
+        self.lengths[active] += 1
+        stats.transitions += int(active.sum())
+        stats.op_counts += np.bincount(actions[active, 0], minlength=len(Op))[: len(Op)]
+        executed, has_executed = info["executed_op"]
+        ops = executed[has_executed].astype(np.int64)
+        stats.executed_counts += np.bincount(ops[(ops >= 0) & (ops < len(Op))], minlength=len(Op))
+        invalid, has_invalid = info["invalid_action"]
+        stats.invalid += int(invalid[has_invalid].sum())
+        stats.invalid_reported += int(has_invalid.sum())
+        images, has_images = info["images_trained"]
+        stats.images += float(images[has_images].sum())
+        finished = []
+        rollback, has_rollback = info["rollback"]
+        for i in np.flatnonzero(active & (step.terminated | step.truncated)):
+            # Esper terminates only on a governor rollback; other envs may say so in info["rollback"].
+            rolled_back = bool(rollback[i]) if has_rollback[i] else bool(step.terminated[i])
+            finished.append(EpisodeRecord(
+                int(i), float(self.returns[i]), int(self.lengths[i]), _nan_if_absent(*info["val_accuracy"], i),
+                _nan_if_absent(*info["seed_params"], i), _nan_if_absent(*info["test_accuracy"], i), rolled_back))
+            self.returns[i], self.lengths[i] = 0.0, 0
+        stats.episodes.extend(finished)
+        return finished
+
+
+def masks_to_device(masks: ActionMasks, device: torch.device) -> ActionMasks:
+    return ActionMasks(torch.as_tensor(masks.op_slot, device=device), torch.as_tensor(masks.flat, device=device))
+
+
+class Collector:
+    """Fills a :class:`RolloutStorage` from a vector env with the current policy."""
+
+    def __init__(self, driver: VectorEnvDriver, policy: RecurrentPolicy, obs_norm: ObservationNormalizer,
+                 reward_scaler: RewardScaler, storage: RolloutStorage) -> None:
+        self.driver, self.policy, self.obs_norm, self.reward_scaler = driver, policy, obs_norm, reward_scaler
+        self.storage, self.device = storage, storage.device
+        self.tracker = EpisodeTracker(driver.num_envs)
+
+    def _obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(self.obs_norm.normalize(obs), device=self.device)
+
+    def collect(self, seed: int, generator: torch.Generator) -> tuple[Rollout, RolloutStats]:
+        """One rollout of ``storage.steps`` steps per sub-env (steps where no sub-env moved do not count)."""
+        obs, masks = self.driver.reset(seed)
+        n = self.driver.num_envs
+        state = self.policy.initial_state(n, self.device)
+        starts = np.ones(n, bool)
+        self.storage.begin(state)
+        self.reward_scaler.begin_rollout()
+        self.tracker.begin()
+        stored = 0
+        while stored < self.storage.steps:
+            obs_t, starts_t = self._obs_tensor(obs), torch.as_tensor(starts, device=self.device)
+            out = self.policy.step(obs_t, masks_to_device(masks, self.device), state, starts_t, generator)
+            actions = out.action.cpu().numpy()  # sync: the Gym API takes the actions as host arrays
+            step = self.driver.step(actions)
+            if step.active.any():
+                self._store(obs, obs_t, starts, out, step)
+                stored += 1
+            self._bootstrap_truncations(step, out.state)
+            self.tracker.record(step, actions)
+            state, obs, masks, starts = out.state, step.obs, step.masks, step.episode_start
+        starts_t = torch.as_tensor(starts, device=self.device)
+        last_values = self.policy.predict_value(self._obs_tensor(obs), state, starts_t)
+        # Normalisers change once per rollout, after it (see esper_agent.normalize).
+        self.obs_norm.commit()
+        self.reward_scaler.commit()
+        return self.storage.finish(last_values), self.tracker.stats
+
+    def _store(self, raw_obs: np.ndarray, obs_t: torch.Tensor, starts: np.ndarray, out: ActOutput,
+               step: EnvStep) -> None:
+        active = step.active
+        self.obs_norm.observe(raw_obs[active])
+        flags = np.stack([step.reward, step.terminated, step.truncated, starts], 1).astype(np.float32)
+        self.storage.add(active, obs_t, out, flags)
+        self.reward_scaler.observe(step.reward, active, step.terminated | step.truncated)
+
+    def _bootstrap_truncations(self, step: EnvStep, state: LSTMState) -> None:
+        """V(terminal observation), one step on from the state that saw the episode's last action."""
+        rows = step.truncated & ~step.terminated
+        if not rows.any():
+            return
+        no_reset = torch.zeros(self.driver.num_envs, dtype=torch.bool, device=self.device)
+        values = self.policy.predict_value(self._obs_tensor(step.final_obs), state, no_reset)
+        self.storage.set_bootstrap(rows, values)
+
+
+def rollout_seed(seed: int, update: int) -> int:
+    """The env reset seed of one rollout: a function of (run seed, update index) only, so a resumed run
+    resets its envs exactly as the uninterrupted run would have."""
+    return int(np.random.SeedSequence([seed, update]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+__all__ = ["Collector", "EpisodeTracker", "EpisodeRecord", "RolloutStats", "rollout_seed", "masks_to_device"]

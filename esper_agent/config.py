@@ -1,0 +1,160 @@
+"""The agent's one configuration object.
+
+Every knob of the PPO agent is a field of the frozen :class:`AgentConfig`, documented by the docstring that
+follows it (with its unit). ``python -m esper_agent.train`` turns each field into one CLI flag whose help text
+is that docstring (:func:`field_help`), so a default or a description lives in exactly one place.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import math
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Configuration of the factored recurrent PPO agent."""
+
+    # --- returns and advantages -------------------------------------------------------------------------
+    gamma: float = 0.995
+    """Discount per env step (unitless, in (0, 1]); must equal the env's pbrs_gamma when PBRS is on."""
+    gae_lambda: float = 0.95
+    """GAE lambda (unitless, in [0, 1]): 0 = one-step TD advantages, 1 = Monte-Carlo returns."""
+
+    # --- rollout and network ----------------------------------------------------------------------------
+    rollout_steps: int = 25
+    """Env steps per sub-env per update (steps); equal to the episode length, a rollout holds whole episodes."""
+    hidden_size: int = 128
+    """Width of the encoder, the LSTM state and the head MLPs (units, even, >= 8; 128-256 recommended)."""
+
+    # --- PPO update -------------------------------------------------------------------------------------
+    update_epochs: int = 4
+    """Passes over each rollout per update (epochs, K)."""
+    num_minibatches: int = 2
+    """Minibatches per epoch (count); each is a subset of whole env sequences, so at most num_envs."""
+    clip_coef: float = 0.2
+    """Clip range of the joint probability ratio (unitless)."""
+    ent_coef: float = 0.01
+    """Weight of the entropy bonus (per unit of normalised entropy, summed over the five heads)."""
+    vf_coef: float = 0.5
+    """Weight of the value loss, 0.5 * MSE on normalised returns (unitless)."""
+    learning_rate: float = 3e-4
+    """Adam step size (per update step)."""
+    anneal_lr: bool = False
+    """Anneal the learning rate linearly to 0 over --total-updates."""
+    adam_eps: float = 1e-5
+    """Adam epsilon (unitless)."""
+    max_grad_norm: float = 0.5
+    """Global gradient-norm clip (L2 norm of all gradients); the pre-clip norm is logged."""
+    target_kl: float = 0.02
+    """Stop the update once the joint KL of a minibatch exceeds this (nats per step); 0 = never stop."""
+
+    # --- normalisers ------------------------------------------------------------------------------------
+    normalize_obs: bool = True
+    """Normalise observations by a running mean/std, frozen within a rollout, updated once per rollout."""
+    obs_clip: float = 10.0
+    """Clip of normalised observations (standard deviations)."""
+    normalize_reward: bool = True
+    """Divide rewards by the running std of discounted returns (updated once per rollout)."""
+    reward_clip: float = 10.0
+    """Clip of scaled rewards (reward units after scaling)."""
+
+    # --- anomaly checks ---------------------------------------------------------------------------------
+    anomaly_ratio_max: float = 10.0
+    """Flag ratio explosion when a joint probability ratio exceeds this (unitless)."""
+    anomaly_ratio_min: float = 0.1
+    """Flag ratio collapse when a joint probability ratio falls below this (unitless)."""
+    anomaly_entropy_min: float = 0.01
+    """Flag entropy collapse of a head whose conditional normalised entropy is below this (0..1)."""
+    anomaly_kl_max: float = 0.2
+    """Flag a KL spike when a minibatch's joint KL exceeds this (nats per step)."""
+    anomaly_value_std_ratio: float = 0.01
+    """Flag value collapse when std(values) < this * std(returns) (unitless)."""
+    max_nonfinite_steps: int = 3
+    """Stop training after this many non-finite minibatch losses in a row (count)."""
+
+    # --- run --------------------------------------------------------------------------------------------
+    checkpoint_interval: int = 10
+    """Write a checkpoint every this many updates (updates); the last update is always saved."""
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> AgentConfig:
+        """Build a config from a plain dict (a checkpoint's or config.json's), rejecting unknown keys."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown AgentConfig field(s) {unknown}; expected some of {sorted(known)}")
+        return cls(**values)
+
+
+_UNIT_INTERVAL_OPEN_LOW = ("gamma",)
+_UNIT_INTERVAL = ("gae_lambda", "anomaly_entropy_min")
+_POSITIVE_INT = ("rollout_steps", "update_epochs", "num_minibatches", "max_nonfinite_steps", "checkpoint_interval")
+_POSITIVE = ("clip_coef", "learning_rate", "adam_eps", "max_grad_norm", "obs_clip", "reward_clip",
+             "anomaly_ratio_max", "anomaly_kl_max")
+_NON_NEGATIVE = ("ent_coef", "vf_coef", "target_kl", "anomaly_ratio_min", "anomaly_value_std_ratio")
+
+
+def _validate(cfg: AgentConfig) -> None:
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if not _has_type(value, str(f.type)):
+            raise TypeError(f"{f.name}={value!r} has type {type(value).__name__}; expected {f.type}")
+    for name in _UNIT_INTERVAL_OPEN_LOW:
+        _require(cfg, name, 0.0 < getattr(cfg, name) <= 1.0, "a float in (0, 1]")
+    for name in _UNIT_INTERVAL:
+        _require(cfg, name, 0.0 <= getattr(cfg, name) <= 1.0, "a float in [0, 1]")
+    for name in _POSITIVE_INT:
+        _require(cfg, name, getattr(cfg, name) >= 1, "an integer >= 1")
+    for name in _POSITIVE:
+        _require(cfg, name, math.isfinite(getattr(cfg, name)) and getattr(cfg, name) > 0, "a finite float > 0")
+    for name in _NON_NEGATIVE:
+        _require(cfg, name, math.isfinite(getattr(cfg, name)) and getattr(cfg, name) >= 0, "a finite float >= 0")
+    # The rollout storage's hidden state and the network share this one field; the LSTM and the head MLPs need
+    # a width that is even and not degenerate.
+    _require(cfg, "hidden_size", cfg.hidden_size >= 8 and cfg.hidden_size % 2 == 0, "an even integer >= 8")
+    _require(cfg, "anomaly_ratio_min", cfg.anomaly_ratio_min < 1.0 < cfg.anomaly_ratio_max,
+             "anomaly_ratio_min < 1 < anomaly_ratio_max")
+
+
+def _require(cfg: AgentConfig, name: str, ok: bool, expected: str) -> None:
+    if not ok:
+        raise ValueError(f"AgentConfig.{name}={getattr(cfg, name)!r} is out of range; expected {expected}")
+
+
+def _has_type(value: Any, annotation: str) -> bool:
+    if annotation == "bool":
+        return isinstance(value, bool)
+    if annotation == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation == "float":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    raise AssertionError(f"unhandled AgentConfig annotation {annotation!r}")
+
+
+@cache
+def field_help() -> dict[str, str]:
+    """The docstring written under each field of :class:`AgentConfig`, keyed by field name."""
+    tree = ast.parse(inspect.getsource(AgentConfig))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    helps: dict[str, str] = {}
+    for node, following in zip(body, body[1:], strict=False):
+        is_field = isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+        is_doc = isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
+        if is_field and is_doc:
+            helps[node.target.id] = " ".join(str(following.value.value).split())  # type: ignore[union-attr]
+    return helps
+
+
+__all__ = ["AgentConfig", "field_help"]

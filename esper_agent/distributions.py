@@ -1,0 +1,167 @@
+"""Masked categorical distributions and the factored, op-first action.
+
+Masking uses a large *finite* negative fill in float32 rather than -inf: exp() of it underflows to exactly 0,
+so a masked value is never sampled, while ``0 * log p`` stays 0 instead of NaN and gradients stay finite.
+
+The factored action follows ``esper_env.spaces``: the op is sampled first; the slot head is then masked by
+``op_slot_mask[op]``; blueprint, blend and tempo read their slices of the flat mask. A head that does not matter
+for the sampled op (``HEAD_RELEVANCE``) gets a one-hot mask on the placeholder value 0: a distribution with one
+valid value has log-prob, entropy and KL exactly 0, and the head's terms are also zeroed by the relevance
+table, so it contributes exactly nothing. The masks actually used are returned so that the PPO update rebuilds
+the same distributions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from esper_env.spaces import Head
+
+MASK_FILL = -1e9
+"""Logit given to masked values: finite, and far enough below any real logit that exp() underflows to 0."""
+PLACEHOLDER = 0
+"""Value emitted for a head that does not matter for the sampled op."""
+
+
+def check_mask(mask: Tensor, name: str) -> None:
+    """Raise if a row of ``mask`` allows nothing (a softmax over an all-masked row is silently uniform)."""
+    empty = ~mask.any(-1)
+    if bool(empty.any()):  # sync: validation on demand, never called on the per-step hot path
+        rows = torch.nonzero(empty).flatten().tolist()[:8]  # sync: error path only
+        raise ValueError(f"{name} mask allows no value in row(s) {rows}; every row needs at least one True")
+
+
+class MaskedCategorical:
+    """A categorical distribution over the True entries of a bool mask, computed in float32."""
+
+    def __init__(self, logits: Tensor, mask: Tensor, *, validate: bool = True) -> None:
+        if logits.shape != mask.shape:
+            raise ValueError(f"logits shape {tuple(logits.shape)} != mask shape {tuple(mask.shape)}")
+        if mask.dtype != torch.bool:
+            raise TypeError(f"mask dtype is {mask.dtype}; expected torch.bool")
+        if validate:
+            check_mask(mask, "action")
+        self.mask = mask
+        # float32 whatever the caller's dtype: low-precision softmax loses both probability mass and gradients.
+        masked = torch.where(mask, logits.float(), torch.full_like(logits, MASK_FILL, dtype=torch.float32))
+        self.log_probs = torch.log_softmax(masked, dim=-1)
+        self.num_valid = mask.sum(-1)
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        return self.log_probs.gather(-1, value.long().unsqueeze(-1)).squeeze(-1)
+
+    def entropy(self) -> Tensor:
+        """Entropy in nats over the valid values (masked ones have p = 0 and add exactly 0)."""
+        plogp = torch.where(self.mask, self.log_probs.exp() * self.log_probs, torch.zeros_like(self.log_probs))
+        return -plogp.sum(-1)
+
+    def normalized_entropy(self) -> Tensor:
+        """Entropy divided by log(#valid), in [0, 1]; exactly 0 when one value (or none) is valid."""
+        several = self.num_valid >= 2
+        log_n = torch.log(self.num_valid.clamp(min=2).float())
+        return torch.where(several, self.entropy() / log_n, torch.zeros_like(log_n))
+
+    def sample(self, generator: torch.Generator | None = None) -> Tensor:
+        return torch.multinomial(self.log_probs.exp(), 1, generator=generator).squeeze(-1)
+
+    def mode(self) -> Tensor:
+        return self.log_probs.argmax(-1)
+
+
+class ActionMasks(NamedTuple):
+    """The two masks an Esper env puts in ``info`` (numpy on the host, tensors on the agent's device)."""
+
+    op_slot: Tensor  # (B, num_ops, num_slots) bool: which slots each op may target
+    flat: Tensor  # (B, sum(head_sizes)) bool: op mask, then each other head's marginal mask
+
+
+class FactoredSample(NamedTuple):
+    action: Tensor  # (B, num_heads) int64; irrelevant heads hold PLACEHOLDER
+    used_mask: Tensor  # (B, sum(head_sizes)) bool: the mask each head's distribution actually used
+    log_prob: Tensor  # (B,) joint log-prob: sum over the heads relevant to the sampled op
+
+
+class FactoredEvaluation(NamedTuple):
+    log_prob: Tensor  # (...,) joint log-prob of the given actions
+    entropy: Tensor  # (..., num_heads) normalised entropy per head, 0 where the head is irrelevant
+    available: Tensor  # (..., num_heads) bool: head relevant to the op and with >= 2 valid values
+
+
+def _one_hot_placeholder(batch: int, size: int, device: torch.device) -> Tensor:
+    mask = torch.zeros(batch, size, dtype=torch.bool, device=device)
+    mask[:, PLACEHOLDER] = True
+    return mask
+
+
+def sample_factored(
+    logits: Sequence[Tensor],
+    masks: ActionMasks,
+    relevance: Tensor,
+    generator: torch.Generator | None = None,
+    deterministic: bool = False,
+) -> FactoredSample:
+    """Sample op first, then the other heads under the masks the op implies.
+
+    ``logits[h]`` is (B, size_h) and ``relevance`` (num_ops, num_heads) bool. The masks are assumed validated
+    on the host (at least one op valid; a head's slice non-empty wherever an op that reads it is valid).
+    """
+    sizes = [lg.shape[-1] for lg in logits]
+    flat = torch.split(masks.flat, sizes, dim=-1)
+    batch, device = logits[0].shape[0], logits[0].device
+    rows = torch.arange(batch, device=device)
+
+    op_mask = masks.op_slot.any(-1) & flat[Head.OP]
+    op_dist = MaskedCategorical(logits[Head.OP], op_mask, validate=False)
+    op = op_dist.mode() if deterministic else op_dist.sample(generator)
+    relevant = relevance[op]  # (B, num_heads)
+
+    op_slot_of_op = masks.op_slot[rows, op]  # (B, num_slots): exactly the slots the sampled op may target
+    actions, used, log_prob = [op], [op_mask], op_dist.log_prob(op)
+    for head in range(1, len(logits)):
+        wanted = op_slot_of_op if head == Head.SLOT else flat[head]
+        mask = torch.where(relevant[:, head : head + 1], wanted, _one_hot_placeholder(batch, sizes[head], device))
+        dist = MaskedCategorical(logits[head], mask, validate=False)
+        value = dist.mode() if deterministic else dist.sample(generator)
+        value = torch.where(relevant[:, head], value, torch.full_like(value, PLACEHOLDER))
+        log_prob = log_prob + torch.where(relevant[:, head], dist.log_prob(value), torch.zeros_like(log_prob))
+        actions.append(value)
+        used.append(mask)
+    return FactoredSample(torch.stack(actions, -1), torch.cat(used, -1), log_prob)
+
+
+def evaluate_factored(
+    logits: Sequence[Tensor], used_mask: Tensor, action: Tensor, relevance: Tensor
+) -> FactoredEvaluation:
+    """Joint log-prob, per-head normalised entropy and availability of stored actions under stored masks.
+
+    Shapes: ``logits[h]`` (..., size_h), ``used_mask`` (..., sum sizes), ``action`` (..., num_heads).
+    """
+    sizes = [lg.shape[-1] for lg in logits]
+    masks = torch.split(used_mask, sizes, dim=-1)
+    relevant = relevance[action[..., Head.OP]]  # (..., num_heads)
+    log_prob = torch.zeros(action.shape[:-1], device=action.device)
+    entropies, available = [], []
+    for head, (head_logits, mask) in enumerate(zip(logits, masks, strict=True)):
+        dist = MaskedCategorical(head_logits, mask, validate=False)
+        rel = relevant[..., head]
+        log_prob = log_prob + torch.where(rel, dist.log_prob(action[..., head]), torch.zeros_like(log_prob))
+        entropies.append(torch.where(rel, dist.normalized_entropy(), torch.zeros_like(log_prob)))
+        available.append(rel & (dist.num_valid >= 2))
+    return FactoredEvaluation(log_prob, torch.stack(entropies, -1), torch.stack(available, -1))
+
+
+__all__ = [
+    "MASK_FILL",
+    "PLACEHOLDER",
+    "MaskedCategorical",
+    "ActionMasks",
+    "FactoredSample",
+    "FactoredEvaluation",
+    "check_mask",
+    "sample_factored",
+    "evaluate_factored",
+]

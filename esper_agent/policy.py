@@ -1,0 +1,173 @@
+"""The recurrent actor-critic: encoder -> LayerNorm -> LSTM -> LayerNorm -> factored heads and V(s).
+
+Two entry points share one recurrent cell:
+- :meth:`RecurrentPolicy.step` takes one step for every sub-env during a rollout (no gradients);
+- :meth:`RecurrentPolicy.sequence` replays whole stored sequences from their stored initial state for the PPO
+  update, resetting the state wherever a stored step starts an episode, exactly as the rollout did.
+The critic is an op-independent V(s): a baseline that depended on the sampled action would bias advantages.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from esper_agent.distributions import (
+    ActionMasks,
+    FactoredEvaluation,
+    evaluate_factored,
+    sample_factored,
+)
+from esper_env import spaces
+
+
+class LSTMState(NamedTuple):
+    h: Tensor  # (B, hidden)
+    c: Tensor  # (B, hidden)
+
+
+class ActOutput(NamedTuple):
+    action: Tensor  # (B, num_heads) int64
+    used_mask: Tensor  # (B, sum(head_sizes)) bool
+    log_prob: Tensor  # (B,) joint
+    value: Tensor  # (B,)
+    state: LSTMState  # after this step
+
+
+class SequenceEvaluation(NamedTuple):
+    log_prob: Tensor  # (B, T) joint log-prob of the stored actions
+    entropy: Tensor  # (B, T, num_heads) normalised entropy, 0 for heads irrelevant to the stored op
+    available: Tensor  # (B, T, num_heads) bool: head relevant and with >= 2 valid values
+    value: Tensor  # (B, T)
+
+
+def _mlp(width: int, out: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, out))
+
+
+class RecurrentPolicy(nn.Module):
+    """Factored recurrent actor-critic for ``MultiDiscrete(spaces.head_sizes(num_slots))`` actions."""
+
+    def __init__(self, obs_dim: int, num_slots: int, hidden_size: int) -> None:
+        super().__init__()
+        if obs_dim < 1 or num_slots < 1:
+            raise ValueError(f"obs_dim={obs_dim} and num_slots={num_slots} must both be >= 1")
+        self.obs_dim, self.num_slots, self.hidden_size = obs_dim, num_slots, hidden_size
+        self.head_sizes = spaces.head_sizes(num_slots)
+        self.encoder = nn.Sequential(nn.Linear(obs_dim, hidden_size), nn.LayerNorm(hidden_size), nn.ReLU())
+        self.lstm = nn.LSTM(hidden_size, hidden_size, num_layers=1)
+        self.core_norm = nn.LayerNorm(hidden_size)
+        self.heads = nn.ModuleList(_mlp(hidden_size, size) for size in self.head_sizes)
+        self.value_head = _mlp(hidden_size, 1)
+        self.register_buffer("relevance", torch.as_tensor(spaces.relevance_matrix()), persistent=False)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        # Orthogonal init (Huang et al. 2022, "37 implementation details of PPO"): sqrt(2) for hidden layers,
+        # 0.01 for policy outputs (near-uniform initial policy), 1.0 for the value output.
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.orthogonal_(module.weight, math.sqrt(2))
+                nn.init.zeros_(module.bias)
+        for head in self.heads:
+            nn.init.orthogonal_(head[-1].weight, 0.01)
+        nn.init.orthogonal_(self.value_head[-1].weight, 1.0)
+        size = self.hidden_size
+        for name, param in self.lstm.named_parameters():
+            if name.startswith("weight"):
+                nn.init.orthogonal_(param, 1.0)
+            else:
+                nn.init.zeros_(param)
+        # Forget-gate bias 1 (gate order i, f, g, o), on bias_ih only: PyTorch adds bias_ih and bias_hh, so
+        # filling both would make the effective bias 2.
+        with torch.no_grad():
+            self.lstm.bias_ih_l0[size : 2 * size].fill_(1.0)
+
+    def initial_state(self, batch: int, device: torch.device | str | None = None) -> LSTMState:
+        device = device if device is not None else self.relevance.device
+        zeros = torch.zeros(batch, self.hidden_size, device=device)
+        return LSTMState(zeros, zeros.clone())
+
+    def _cell(self, features: Tensor, state: LSTMState, episode_start: Tensor) -> tuple[Tensor, LSTMState]:
+        """One LSTM step from encoded ``features`` (B, hidden); the state is zeroed where an episode starts."""
+        start = episode_start.unsqueeze(-1)
+        # torch.where rather than a multiply by 0: a non-finite old state must not leak into a new episode.
+        h = torch.where(start, torch.zeros_like(state.h), state.h)
+        c = torch.where(start, torch.zeros_like(state.c), state.c)
+        out, (h, c) = self.lstm(features.unsqueeze(0), (h.unsqueeze(0), c.unsqueeze(0)))
+        return out[0], LSTMState(h[0], c[0])
+
+    def core_step(self, obs: Tensor, state: LSTMState, episode_start: Tensor) -> tuple[Tensor, LSTMState]:
+        """(B, obs_dim) -> core features (B, hidden) after the post-LSTM LayerNorm, and the next state."""
+        out, state = self._cell(self.encoder(obs), state, episode_start)
+        return self.core_norm(out), state
+
+    def core_sequence(self, obs: Tensor, episode_start: Tensor, state: LSTMState, resets_inside: bool = True
+                      ) -> tuple[Tensor, LSTMState]:
+        """(B, T, obs_dim) -> core features (B, T, hidden), replayed from ``state``.
+
+        With ``resets_inside`` False (no episode starts after t=0, e.g. whole-episode rollouts) the LSTM runs
+        the sequence in one call; otherwise it steps through time, resetting the state where episodes start.
+        """
+        encoded = self.encoder(obs)
+        if not resets_inside:
+            start = episode_start[:, 0].unsqueeze(-1)
+            h = torch.where(start, torch.zeros_like(state.h), state.h)
+            c = torch.where(start, torch.zeros_like(state.c), state.c)
+            out, (h, c) = self.lstm(encoded.transpose(0, 1), (h.unsqueeze(0), c.unsqueeze(0)))
+            return self.core_norm(out.transpose(0, 1)), LSTMState(h[0], c[0])
+        outputs = []
+        for t in range(obs.shape[1]):
+            out, state = self._cell(encoded[:, t], state, episode_start[:, t])
+            outputs.append(out)
+        return self.core_norm(torch.stack(outputs, 1)), state
+
+    def head_logits(self, core: Tensor) -> list[Tensor]:
+        return [head(core) for head in self.heads]
+
+    def value(self, core: Tensor) -> Tensor:
+        return self.value_head(core).squeeze(-1)
+
+    @torch.no_grad()
+    def step(
+        self,
+        obs: Tensor,
+        masks: ActionMasks,
+        state: LSTMState,
+        episode_start: Tensor,
+        generator: torch.Generator | None = None,
+        deterministic: bool = False,
+    ) -> ActOutput:
+        """One rollout step for a batch of sub-envs: sample (or argmax) a factored action and V(s)."""
+        core, state = self.core_step(obs, state, episode_start)
+        sample = sample_factored(self.head_logits(core), masks, self.relevance, generator, deterministic)
+        return ActOutput(sample.action, sample.used_mask, sample.log_prob, self.value(core), state)
+
+    @torch.no_grad()
+    def predict_value(self, obs: Tensor, state: LSTMState, episode_start: Tensor) -> Tensor:
+        """V(obs) one step on from ``state`` (used to bootstrap truncated episodes and the rollout's end)."""
+        core, _ = self.core_step(obs, state, episode_start)
+        return self.value(core)
+
+    def sequence(
+        self, obs: Tensor, episode_start: Tensor, state: LSTMState, action: Tensor, used_mask: Tensor,
+        resets_inside: bool = True,
+    ) -> SequenceEvaluation:
+        """Replay stored sequences (B, T, ...) with gradients: log-probs, entropies and values."""
+        core, _ = self.core_sequence(obs, episode_start, state, resets_inside)
+        factored: FactoredEvaluation = evaluate_factored(self.head_logits(core), used_mask, action, self.relevance)
+        return SequenceEvaluation(factored.log_prob, factored.entropy, factored.available, self.value(core))
+
+    def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
+        """Parameters by component, for per-head gradient norms."""
+        groups = {"encoder": list(self.encoder.parameters()) + list(self.core_norm.parameters()),
+                  "lstm": list(self.lstm.parameters()), "value": list(self.value_head.parameters())}
+        for name, head in zip(spaces.HEAD_NAMES, self.heads, strict=True):
+            groups[name] = list(head.parameters())
+        return groups
+
+
+__all__ = ["RecurrentPolicy", "LSTMState", "ActOutput", "SequenceEvaluation"]

@@ -1,0 +1,183 @@
+"""The PPO update on the joint factored action, over sequence minibatches.
+
+One update = ``update_epochs`` passes; each pass shuffles the sub-envs and splits them into
+``num_minibatches`` groups of *whole* env rows, replayed from their stored initial LSTM state (so the hidden
+states are recomputed with the current weights, never stale). Per minibatch:
+
+- joint log-ratio = sum over the heads relevant to the stored op (irrelevant heads add exactly 0);
+- one clipped surrogate on the joint ratio, with advantages normalised over the minibatch's valid steps;
+- value loss 0.5 * MSE against the returns in normalised-reward units (no value clipping: the values are
+  recomputed from scratch, so there is no stale prediction to clip against);
+- entropy = sum over heads of the mean normalised entropy over the steps where that head was relevant and
+  had >= 2 valid values (the availability-conditioned mean: a head that rarely matters is not diluted);
+- KL = mean((r - 1) - log r) on the joint ratio (Schulman's k3 estimator).
+
+The host looks at each minibatch step once (loss, KL, pre-clip gradient norm in one transfer): a non-finite
+loss or gradient skips the optimizer step (three in a row stop training), and a KL above ``target_kl`` ends the
+update before that step is applied.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from esper_agent.buffer import Rollout
+from esper_agent.config import AgentConfig
+from esper_agent.policy import LSTMState, RecurrentPolicy
+from esper_env.spaces import HEAD_NAMES
+
+SCALAR_STATS = ("loss/policy", "loss/value", "loss/entropy", "loss/total", "ppo/kl", "ppo/clip_fraction",
+                "ppo/ratio_max", "ppo/ratio_min")
+
+
+class TrainBatch(NamedTuple):
+    rollout: Rollout
+    advantages: Tensor  # (N, T)
+    returns: Tensor  # (N, T)
+
+
+class MinibatchTerms(NamedTuple):
+    loss: Tensor  # scalar, with gradients
+    kl: Tensor  # scalar, detached
+    stats: Tensor  # (len(SCALAR_STATS) + 2 * num_heads,) detached: scalars, head entropy sums, head counts
+
+
+@dataclass
+class NonFiniteGuard:
+    """Counts non-finite minibatch steps in a row and stops training at ``limit``."""
+
+    limit: int
+    streak: int = 0
+
+    def record(self, finite: bool) -> None:
+        self.streak = 0 if finite else self.streak + 1
+        if self.streak >= self.limit:
+            raise RuntimeError(
+                f"{self.streak} PPO minibatch steps in a row had a non-finite loss or gradient (limit "
+                f"max_nonfinite_steps={self.limit}); training stopped. Check the env's rewards and observations "
+                "for NaN/inf, and the anomalies logged in metrics.jsonl.")
+
+
+def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
+    return torch.where(mask, x, torch.zeros_like(x)).sum() / mask.sum().clamp(min=1)
+
+
+def minibatch_terms(policy: RecurrentPolicy, batch: TrainBatch, rows: Tensor, cfg: AgentConfig) -> MinibatchTerms:
+    """Losses and statistics for the env rows ``rows`` (a CPU index tensor) of the batch."""
+    r = batch.rollout
+    resets_inside = bool(r.resets_inside[rows.numpy()].any())  # host flags: no device sync
+    index = rows.to(batch.advantages.device)
+    state = LSTMState(r.initial_state.h[index], r.initial_state.c[index])
+    ev = policy.sequence(r.obs[index], r.episode_start[index], state, r.actions[index], r.used_masks[index],
+                         resets_inside)
+    valid = r.valid[index]
+    adv = batch.advantages[index]
+    adv_mean = masked_mean(adv, valid)
+    adv_std = masked_mean((adv - adv_mean) ** 2, valid).sqrt()
+    adv = (adv - adv_mean) / (adv_std + 1e-8)
+
+    log_ratio = ev.log_prob - r.log_probs[index]
+    ratio = log_ratio.exp()
+    surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef))
+    pg_loss = masked_mean(surrogate, valid)
+    v_loss = 0.5 * masked_mean((ev.value - batch.returns[index]) ** 2, valid)
+
+    counted = ev.available & valid.unsqueeze(-1)  # (B, T, heads)
+    head_sum = torch.where(counted, ev.entropy, torch.zeros_like(ev.entropy)).sum((0, 1))
+    head_count = counted.sum((0, 1)).float()
+    entropy = (head_sum / head_count.clamp(min=1)).sum()
+    loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
+
+    with torch.no_grad():
+        kl = masked_mean((ratio - 1) - log_ratio, valid)
+        clip_fraction = masked_mean(((ratio - 1).abs() > cfg.clip_coef).float(), valid)
+        ratio_max = torch.where(valid, ratio, torch.full_like(ratio, -math.inf)).max()
+        ratio_min = torch.where(valid, ratio, torch.full_like(ratio, math.inf)).min()
+        scalars = torch.stack([pg_loss, v_loss, entropy, loss, kl, clip_fraction, ratio_max, ratio_min]).detach()
+    return MinibatchTerms(loss, kl, torch.cat([scalars, head_sum.detach(), head_count]))
+
+
+def group_grad_norms(groups: dict[str, list[nn.Parameter]]) -> Tensor:
+    """L2 norm of the gradients of each parameter group, stacked on the device (no host sync)."""
+    norms = []
+    for params in groups.values():
+        grads = [p.grad for p in params if p.grad is not None]
+        if grads:
+            norms.append(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))))
+        else:
+            norms.append(torch.zeros((), device=params[0].device))
+    return torch.stack(norms)
+
+
+def ppo_update(policy: RecurrentPolicy, optimizer: torch.optim.Optimizer, batch: TrainBatch, cfg: AgentConfig,
+               generator: torch.Generator, guard: NonFiniteGuard) -> dict[str, float]:
+    """Run the K-epoch minibatch update; returns named statistics averaged over the steps it looked at."""
+    num_envs = batch.rollout.valid.shape[0]
+    groups = policy.parameter_groups()
+    params = [p for p in policy.parameters() if p.requires_grad]
+    records: list[Tensor] = []
+    applied = skipped = 0
+    stopped = False
+    for _ in range(cfg.update_epochs):
+        order = torch.randperm(num_envs, generator=generator)
+        for index in torch.tensor_split(order, cfg.num_minibatches):
+            terms = minibatch_terms(policy, batch, index, cfg)
+            optimizer.zero_grad(set_to_none=True)
+            terms.loss.backward()
+            head_norms = group_grad_norms(groups)
+            grad_norm = nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)  # returns the pre-clip norm
+            loss, kl, norm = torch.stack([terms.loss.detach(), terms.kl, grad_norm]).tolist()  # sync: one per step
+            finite = math.isfinite(loss) and math.isfinite(norm)
+            guard.record(finite)
+            if not finite:
+                skipped += 1
+                optimizer.zero_grad(set_to_none=True)
+                continue
+            records.append(torch.cat([terms.stats, grad_norm.detach().view(1), head_norms]))
+            if cfg.target_kl > 0 and kl > cfg.target_kl:
+                stopped = True  # the policy already moved past the target: do not apply this step
+                break
+            optimizer.step()
+            applied += 1
+        if stopped:
+            break
+    optimizer.zero_grad(set_to_none=True)
+    return summarize(records, list(groups), applied, skipped, stopped)
+
+
+def summarize(records: list[Tensor], group_names: list[str], applied: int, skipped: int, stopped: bool
+              ) -> dict[str, float]:
+    """Means (max/min for extremes) over the recorded minibatch steps, with one transfer to the host."""
+    heads = len(HEAD_NAMES)
+    out = {"ppo/steps_applied": float(applied), "ppo/nonfinite_steps": float(skipped),
+           "ppo/early_stop": float(stopped)}
+    nan = float("nan")
+    if not records:
+        out |= dict.fromkeys(SCALAR_STATS, nan) | {"ppo/kl_max": nan, "grad/norm_preclip": nan,
+                                                   "grad/norm_preclip_max": nan}
+        out |= {f"entropy/{h}": nan for h in HEAD_NAMES} | {f"grad/{g}": nan for g in group_names}
+        return out
+    table = torch.stack(records)
+    n_scalar = len(SCALAR_STATS)
+    kl_col, max_col, min_col, norm_col = 4, 6, 7, n_scalar + 2 * heads
+    head_entropy = table[:, n_scalar : n_scalar + heads].sum(0) / table[:, n_scalar + heads : norm_col].sum(0)
+    summary = torch.cat([table.mean(0), table[:, kl_col].max().view(1), table[:, max_col].max().view(1),
+                         table[:, min_col].min().view(1), table[:, norm_col].max().view(1), head_entropy])
+    values = summary.cpu().tolist()  # sync: once per update
+    means = values[: table.shape[1]]
+    kl_max, ratio_max, ratio_min, norm_max = values[table.shape[1] : table.shape[1] + 4]
+    out |= dict(zip(SCALAR_STATS, means[:n_scalar], strict=True))
+    out |= {"ppo/ratio_max": ratio_max, "ppo/ratio_min": ratio_min, "ppo/kl_max": kl_max,
+            "grad/norm_preclip": means[norm_col], "grad/norm_preclip_max": norm_max}
+    # Conditional entropy: NaN for a head that was never relevant with a choice (0/0), not a false "collapse".
+    out |= {f"entropy/{h}": v for h, v in zip(HEAD_NAMES, values[-heads:], strict=True)}
+    out |= {f"grad/{g}": v for g, v in zip(group_names, means[norm_col + 1 :], strict=True)}
+    return out
+
+
+__all__ = ["ppo_update", "minibatch_terms", "TrainBatch", "NonFiniteGuard", "masked_mean", "SCALAR_STATS"]

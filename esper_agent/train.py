@@ -1,0 +1,206 @@
+"""``python -m esper_agent.train``: train the agent on a Gymnasium vector env, with logs and checkpoints.
+
+Example::
+
+    python -m esper_agent.train --env Esper-CIFAR10-v0 --num-envs 8 --total-updates 200 --device cuda
+    python -m esper_agent.train --resume runs/Esper-CIFAR10-v0-20261126-120000-s0
+
+Every :class:`~esper_agent.config.AgentConfig` field is a flag (``--clip-coef 0.1``; booleans also take
+``--no-...``). A run directory receives ``config.json`` (with the git commit), ``metrics.jsonl``,
+``metrics.csv``, TensorBoard events under ``tb/`` and ``checkpoint.pt`` (rewritten atomically every
+``--checkpoint-interval`` updates and at the end). ``--resume`` continues from a checkpoint exactly where it
+stopped; only ``--total-updates``, ``--device`` and ``--run-dir`` may change on resume.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib
+import json
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from esper_agent.checkpoint import load_checkpoint, save_checkpoint
+from esper_agent.config import AgentConfig, field_help
+from esper_agent.telemetry import RunLogger
+from esper_agent.trainer import Trainer
+
+CHECKPOINT_NAME = "checkpoint.pt"
+RUN_DEFAULTS: dict[str, Any] = {"env": "Esper-CIFAR10-v0", "env_kwargs": {}, "num_envs": 8, "device": "auto",
+                                "seed": 0, "total_updates": 100, "run_dir": None, "resume": None}
+RESUME_MAY_CHANGE = frozenset({"total_updates", "device", "run_dir", "resume"})
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    env_id: str
+    env_kwargs: dict[str, Any]
+    num_envs: int
+    device: str
+    seed: int
+    total_updates: int
+    run_dir: Path
+
+
+def make_envs(env_id: str, num_envs: int, env_kwargs: dict[str, Any]) -> gym.vector.VectorEnv:
+    """``gym.make_vec`` after importing ``esper_env`` (which registers the Esper ids) when it is installed."""
+    with contextlib.suppress(ImportError):  # other envs ("module:Id") need no esper_env registration
+        importlib.import_module("esper_env")
+    return gym.make_vec(env_id, num_envs=num_envs, **env_kwargs)
+
+
+def git_commit() -> tuple[str, bool | None]:
+    """(commit of the checkout holding this package, whether it has uncommitted changes), or "unknown"."""
+    where = Path(__file__).resolve().parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return "unknown", None
+        status = subprocess.run(["git", "status", "--porcelain"], cwd=where, capture_output=True, text=True,
+                                timeout=10)
+        return head.stdout.strip(), bool(status.stdout.strip()) if status.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return "unknown", None
+
+
+def write_config_json(options: RunOptions, config: AgentConfig) -> Path:
+    commit, dirty = git_commit()
+    record = {
+        "agent": config.to_dict(),
+        "run": {"env_id": options.env_id, "env_kwargs": options.env_kwargs, "num_envs": options.num_envs,
+                "device": options.device, "seed": options.seed, "total_updates": options.total_updates},
+        "git_commit": commit, "git_dirty": dirty, "command": sys.argv,
+        "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                     "gymnasium": gym.__version__, "numpy": np.__version__},
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    path = options.run_dir / "config.json"
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return path
+
+
+def _checkpoint_payload(trainer: Trainer, options: RunOptions) -> dict[str, Any]:
+    return trainer.state_dict() | {"run": {"env_id": options.env_id, "env_kwargs": options.env_kwargs,
+                                           "num_envs": options.num_envs}}
+
+
+def run(options: RunOptions, config: AgentConfig, resume: dict[str, Any] | None = None,
+        on_update: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any] | None:
+    """Train until ``options.total_updates``; returns the last update's metrics (None if none ran)."""
+    options.run_dir.mkdir(parents=True, exist_ok=True)
+    envs = make_envs(options.env_id, options.num_envs, options.env_kwargs)
+    trainer = Trainer(envs, config, device=options.device, seed=options.seed, total_updates=options.total_updates)
+    if resume is not None:
+        trainer.load_state_dict(resume)
+    if resume is None or not (options.run_dir / "config.json").exists():
+        write_config_json(options, config)
+    logger = RunLogger(options.run_dir, options.total_updates, start_update=trainer.update_index)
+    metrics = None
+    try:
+        for metrics in trainer.train(options.total_updates):
+            logger.log(metrics)
+            done = trainer.update_index
+            if done % config.checkpoint_interval == 0 or done == options.total_updates:
+                save_checkpoint(options.run_dir / CHECKPOINT_NAME, _checkpoint_payload(trainer, options))
+            if on_update is not None:
+                on_update(metrics)
+    finally:
+        logger.close()
+        envs.close()
+    return metrics
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m esper_agent.train", argument_default=argparse.SUPPRESS,
+                                     description="Train the esper_agent PPO on a Gymnasium vector env, with "
+                                     "TensorBoard/JSONL/CSV logs and atomic checkpoints.")
+    group = parser.add_argument_group("run")
+    group.add_argument("--env", help="Gymnasium id of a vector env with Esper's action space; 'module:Id' imports "
+                       f"the module first [default: {RUN_DEFAULTS['env']}]")
+    group.add_argument("--env-kwargs", type=json.loads, help="JSON object of keyword arguments for "
+                       "gym.make_vec, e.g. '{\"max_epochs\": 25}' [default: {}]")
+    group.add_argument("--num-envs", type=int, help=f"sub-envs (count) [default: {RUN_DEFAULTS['num_envs']}]")
+    group.add_argument("--device", help="torch device of the agent: cpu, cuda, cuda:1 or auto [default: auto]")
+    group.add_argument("--seed", type=int, help="seed of the network init, action sampling, minibatches and env "
+                       "resets [default: 0]")
+    group.add_argument("--total-updates", type=int, help="PPO updates to run in total (count; one update = "
+                       f"rollout_steps env steps per sub-env) [default: {RUN_DEFAULTS['total_updates']}]")
+    group.add_argument("--run-dir", type=Path, help="output folder [default: runs/<env>-<time>-s<seed>]")
+    group.add_argument("--resume", type=Path, help="checkpoint file, or run folder holding checkpoint.pt, to "
+                       "continue")
+    agent = parser.add_argument_group("agent (AgentConfig)")
+    helps = field_help()
+    for f in dataclasses.fields(AgentConfig):
+        flag = "--" + f.name.replace("_", "-")
+        text = f"{helps[f.name]} [default: {f.default}]"
+        if f.type == "bool":
+            agent.add_argument(flag, action=argparse.BooleanOptionalAction, help=text)
+        else:
+            agent.add_argument(flag, type=int if f.type == "int" else float, help=text)
+    return parser
+
+
+def _resolve_device(device: str) -> str:
+    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+
+
+def _options(given: dict[str, Any], stored: dict[str, Any] | None) -> RunOptions:
+    values = RUN_DEFAULTS | (stored or {}) | given
+    run_dir = values["run_dir"] or Path("runs") / (
+        f"{values['env'].split(':')[-1]}-{time.strftime('%Y%m%d-%H%M%S')}-s{values['seed']}")
+    return RunOptions(values["env"], dict(values["env_kwargs"]), int(values["num_envs"]),
+                      _resolve_device(values["device"]), int(values["seed"]), int(values["total_updates"]),
+                      Path(run_dir))
+
+
+def _load_resume(path: Path, given: dict[str, Any], overrides: dict[str, Any]
+                 ) -> tuple[dict[str, Any], dict[str, Any], AgentConfig]:
+    """The checkpoint to resume, the run options it stored, and its config; refuses changed settings."""
+    checkpoint = path / CHECKPOINT_NAME if path.is_dir() else path
+    payload = load_checkpoint(checkpoint)
+    run_info = payload.get("run", {})
+    stored = {"env": run_info.get("env_id"), "env_kwargs": run_info.get("env_kwargs", {}),
+              "num_envs": run_info.get("num_envs"), "seed": payload["counters"]["seed"],
+              "total_updates": payload["counters"]["total_updates"], "run_dir": checkpoint.parent}
+    config = AgentConfig.from_dict(payload["config"])
+    changed = [k for k, v in given.items() if k not in RESUME_MAY_CHANGE and stored.get(k) != v]
+    changed += [k for k, v in overrides.items() if getattr(config, k) != v]
+    if changed:
+        raise SystemExit(f"--resume {path}: {sorted(changed)} differ from the checkpoint; a resumed run keeps its "
+                         f"settings (only {sorted(RESUME_MAY_CHANGE)} may change)")
+    return payload, stored, config
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = vars(build_parser().parse_args(argv))
+    field_names = {f.name for f in dataclasses.fields(AgentConfig)}
+    overrides = {k: v for k, v in args.items() if k in field_names}
+    given = {k: v for k, v in args.items() if k not in field_names}
+    resume = None
+    if "resume" in given:
+        resume, stored, config = _load_resume(given["resume"], given, overrides)
+        options = _options(given, stored)
+    else:
+        config, options = AgentConfig(**overrides), _options(given, None)
+    try:
+        run(options, config, resume)
+    except KeyboardInterrupt:
+        print(f"interrupted; continue with: python -m esper_agent.train --resume {options.run_dir}", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

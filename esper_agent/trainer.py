@@ -1,0 +1,167 @@
+"""The training loop: collect a rollout, scale rewards, GAE, PPO update, metrics. No file I/O here.
+
+:class:`Trainer` owns everything that must survive an interruption (network, optimizer, normalisers, RNG
+states, counters) and exposes it as :meth:`Trainer.state_dict` for checkpoints; with the env reseeded from
+``(seed, update)`` at every rollout, loading that state continues a run exactly (on CPU).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import gymnasium as gym
+import torch
+
+from esper_agent.anomalies import detect_anomalies
+from esper_agent.buffer import Advantages, Rollout, RolloutStorage, compute_gae
+from esper_agent.collect import Collector, rollout_seed
+from esper_agent.config import AgentConfig
+from esper_agent.envs import VectorEnvDriver
+from esper_agent.normalize import ObservationNormalizer, RewardScaler
+from esper_agent.policy import RecurrentPolicy
+from esper_agent.ppo import NonFiniteGuard, TrainBatch, masked_mean, ppo_update
+from esper_agent.telemetry import rollout_metrics
+
+
+def check_gamma_contract(envs: gym.vector.VectorEnv, gamma: float) -> None:
+    """Refuse to train when the env shapes rewards with a PBRS discount other than the agent's gamma.
+
+    Potential-based shaping leaves the optimal policy unchanged only if its discount equals the learner's
+    (Ng et al. 1999); with another discount it adds a bias the agent would silently optimise.
+    """
+    env = envs.unwrapped
+    weight = float(getattr(env, "pbrs_weight", 0.0))
+    pbrs_gamma = getattr(env, "pbrs_gamma", None)
+    if weight == 0.0:
+        return
+    if pbrs_gamma is None or not math.isclose(float(pbrs_gamma), gamma, rel_tol=0.0, abs_tol=1e-12):
+        raise ValueError(f"the env shapes rewards with pbrs_weight={weight} and pbrs_gamma={pbrs_gamma}, but the "
+                         f"agent's gamma is {gamma}; set AgentConfig.gamma (--gamma) to {pbrs_gamma} or make the "
+                         "env use pbrs_gamma equal to the agent's gamma (or pbrs_weight=0)")
+
+
+def _episode_length(envs: gym.vector.VectorEnv) -> int | None:
+    env = envs.unwrapped
+    for source in (env, getattr(env, "config", None)):
+        value = getattr(source, "max_epochs", None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def value_statistics(rollout: Rollout, advantages: Advantages) -> dict[str, float]:
+    """Explained variance of the collection-time values, and the spreads the value-collapse check compares."""
+    valid, values, returns = rollout.valid, rollout.values, advantages.returns
+    returns_var = masked_mean((returns - masked_mean(returns, valid)) ** 2, valid)
+    residual_var = masked_mean((returns - values - masked_mean(returns - values, valid)) ** 2, valid)
+    values_var = masked_mean((values - masked_mean(values, valid)) ** 2, valid)
+    ev = torch.where(returns_var > 0, 1 - residual_var / returns_var, torch.full_like(returns_var, math.nan))
+    ev, v_std, r_std = torch.stack([ev, values_var.sqrt(), returns_var.sqrt()]).tolist()  # sync: once per update
+    return {"value/explained_variance": ev, "value/std": v_std, "value/returns_std": r_std}
+
+
+class Trainer:
+    """Factored recurrent PPO on a Gymnasium vector env with Esper's action space and masks."""
+
+    def __init__(self, envs: gym.vector.VectorEnv, config: AgentConfig, *, device: str | torch.device = "cpu",
+                 seed: int = 0, total_updates: int = 100) -> None:
+        check_gamma_contract(envs, config.gamma)
+        self.driver = VectorEnvDriver(envs)
+        if config.num_minibatches > self.driver.num_envs:
+            raise ValueError(f"num_minibatches={config.num_minibatches} exceeds num_envs={self.driver.num_envs}: "
+                             "a minibatch holds whole env sequences")
+        length = _episode_length(envs)
+        if length is not None and config.rollout_steps < length:
+            warnings.warn(f"rollout_steps={config.rollout_steps} < the env's episode length {length}: every rollout "
+                          "restarts the envs, so the agent never sees the end of an episode", stacklevel=2)
+        self.envs, self.config, self.seed, self.total_updates = envs, config, seed, total_updates
+        self.device = torch.device(device)
+        with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's global RNG
+            torch.manual_seed(seed)
+            self.policy = RecurrentPolicy(self.driver.obs_dim, self.driver.num_slots, config.hidden_size)
+        self.policy.to(self.device)
+        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate, eps=config.adam_eps)
+        self.obs_norm = ObservationNormalizer(self.driver.obs_dim, config.obs_clip, config.normalize_obs)
+        self.reward_scaler = RewardScaler(self.driver.num_envs, config.gamma, config.reward_clip,
+                                          config.normalize_reward)
+        storage = RolloutStorage(self.driver.num_envs, config.rollout_steps, self.driver.obs_dim,
+                                 self.driver.head_sizes, config.hidden_size, self.device)
+        self.collector = Collector(self.driver, self.policy, self.obs_norm, self.reward_scaler, storage)
+        self.sample_generator = torch.Generator(self.device).manual_seed(seed)
+        self.minibatch_generator = torch.Generator("cpu").manual_seed(seed + 1)
+        self.guard = NonFiniteGuard(config.max_nonfinite_steps)
+        self.update_index, self.env_steps = 0, 0
+
+    def learning_rate(self) -> float:
+        if not self.config.anneal_lr:
+            return self.config.learning_rate
+        return self.config.learning_rate * max(0.0, 1.0 - self.update_index / max(self.total_updates, 1))
+
+    def train(self, total_updates: int | None = None) -> Iterator[dict[str, Any]]:
+        """Run updates until ``total_updates`` are done, yielding each update's metrics."""
+        if total_updates is not None:
+            self.total_updates = total_updates
+        while self.update_index < self.total_updates:
+            yield self.update()
+
+    def update(self) -> dict[str, Any]:
+        start = time.perf_counter()
+        rollout, stats = self.collector.collect(rollout_seed(self.seed, self.update_index), self.sample_generator)
+        collected = time.perf_counter()
+        advantages = compute_gae(rollout, self.reward_scaler.scale_rewards(rollout.rewards),
+                                 self.config.gamma, self.config.gae_lambda)
+        lr = self.learning_rate()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        batch = TrainBatch(rollout, advantages.advantages, advantages.returns)
+        ppo_stats = ppo_update(self.policy, self.optimizer, batch, self.config, self.minibatch_generator, self.guard)
+        self.update_index += 1
+        self.env_steps += stats.transitions
+        metrics: dict[str, Any] = {"update": self.update_index, "env_steps": self.env_steps, "ppo/lr": lr,
+                                   "normalizer/reward_scale": self.reward_scaler.scale}
+        metrics |= ppo_stats | value_statistics(rollout, advantages) | rollout_metrics(stats, collected - start)
+        metrics["time/update_s"] = time.perf_counter() - collected
+        metrics["anomalies"] = detect_anomalies(metrics, self.config)
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "config": self.config.to_dict(),
+            "shape": {"obs_dim": self.driver.obs_dim, "num_slots": self.driver.num_slots,
+                      "num_envs": self.driver.num_envs, "hidden_size": self.config.hidden_size},
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "normalizers": {"obs": self.obs_norm.state_dict(), "reward": self.reward_scaler.state_dict()},
+            "rng": {"sample": self.sample_generator.get_state(), "sample_device": self.device.type,
+                    "minibatch": self.minibatch_generator.get_state()},
+            "counters": {"update": self.update_index, "env_steps": self.env_steps, "seed": self.seed,
+                         "total_updates": self.total_updates, "nonfinite_streak": self.guard.streak},
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict`; the config and shapes must match this trainer's."""
+        if AgentConfig.from_dict(state["config"]) != self.config:
+            raise ValueError("the checkpoint's AgentConfig differs from this trainer's")
+        mine = self.state_dict()["shape"]
+        if state["shape"] != mine:
+            raise ValueError(f"checkpoint shapes {state['shape']} do not match this run's {mine}")
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.obs_norm.load_state_dict(state["normalizers"]["obs"])
+        self.reward_scaler.load_state_dict(state["normalizers"]["reward"])
+        if state["rng"]["sample_device"] == self.device.type:
+            self.sample_generator.set_state(state["rng"]["sample"])
+        else:
+            warnings.warn(f"checkpoint sampled actions on {state['rng']['sample_device']}, this run on "
+                          f"{self.device.type}: the action-sampling RNG restarts from the seed", stacklevel=2)
+        self.minibatch_generator.set_state(state["rng"]["minibatch"])
+        counters = state["counters"]
+        self.update_index, self.env_steps = int(counters["update"]), int(counters["env_steps"])
+        self.seed, self.guard.streak = int(counters["seed"]), int(counters["nonfinite_streak"])
+
+
+__all__ = ["Trainer", "check_gamma_contract", "value_statistics"]

@@ -1,0 +1,52 @@
+"""AgentConfig: defaults, validation, help text and the 1:1 CLI mapping (sizes: tests/test_style.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from esper_agent.config import AgentConfig, field_help
+from esper_agent.train import build_parser
+
+
+def test_design_defaults() -> None:
+    cfg = AgentConfig()
+    assert (cfg.gamma, cfg.gae_lambda, cfg.clip_coef, cfg.learning_rate, cfg.target_kl, cfg.update_epochs) == (
+        0.995, 0.95, 0.2, 3e-4, 0.02, 4)
+    assert 128 <= cfg.hidden_size <= 256 and cfg.adam_eps == 1e-5
+
+
+def test_every_field_has_help_with_a_unit_and_one_flag() -> None:
+    helps = field_help()
+    fields = [f.name for f in dataclasses.fields(AgentConfig)]
+    assert sorted(helps) == sorted(fields)
+    for name in fields:  # a unit in parentheses, unless the field is a switch
+        switch = dataclasses.fields(AgentConfig)[fields.index(name)].type == "bool"
+        assert switch or re.search(r"\(.+\)", helps[name]), name
+    parser = build_parser()
+    flags = {a.dest: a for a in parser._actions}
+    for name in fields:
+        assert name in flags, name
+        assert helps[name] in flags[name].help
+    args = vars(parser.parse_args(["--clip-coef", "0.1", "--no-normalize-obs", "--update-epochs", "2"]))
+    assert args == {"clip_coef": 0.1, "normalize_obs": False, "update_epochs": 2}
+
+
+@pytest.mark.parametrize(("field", "value", "error"), [
+    ("gamma", 0.0, ValueError), ("gamma", 1.5, ValueError), ("gae_lambda", -0.1, ValueError),
+    ("num_minibatches", 0, ValueError), ("clip_coef", float("nan"), ValueError), ("target_kl", -1.0, ValueError),
+    ("update_epochs", 2.5, TypeError), ("anneal_lr", 1, TypeError), ("anomaly_ratio_min", 2.0, ValueError),
+])
+def test_invalid_values_name_the_field(field: str, value: object, error: type) -> None:
+    with pytest.raises(error, match=field):
+        AgentConfig(**{field: value})
+
+
+def test_from_dict_round_trip_and_unknown_keys() -> None:
+    cfg = AgentConfig(hidden_size=64)
+    assert AgentConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ValueError, match="bogus"):
+        AgentConfig.from_dict({"bogus": 1})
+

@@ -1,0 +1,50 @@
+"""Baseline actors: random-valid is uniform over valid joint actions and never invalid."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import gymnasium as gym
+import numpy as np
+import toy_env
+from agent_fixtures import one_torch_thread  # noqa: F401  (autouse: one torch thread per test)
+
+from esper_agent.baselines import RandomValidActor, StaticActor
+from esper_agent.distributions import ActionMasks
+from esper_agent.envs import VectorEnvDriver
+from esper_agent.evaluate import mean_ci95, run_episodes
+from esper_env import spaces
+from esper_env.spaces import Op
+
+SIZES = spaces.head_sizes(2)
+
+
+def test_random_valid_is_uniform_over_joint_actions() -> None:
+    op_slot = np.zeros((1, len(Op), 2), bool)
+    op_slot[0, Op.WAIT] = True
+    op_slot[0, Op.PRUNE] = [True, True]
+    op_slot[0, Op.GERMINATE] = [False, True]
+    flat = np.ones((1, sum(SIZES)), bool)
+    flat[0, : len(Op)] = op_slot[0].any(-1)
+    flat[0, 5 + 2 : 5 + 2 + 7] = [True, True, False, False, False, False, False]  # 2 blueprints allowed
+    masks = ActionMasks(op_slot, flat)
+    actor = RandomValidActor(SIZES, seed=0)
+    counts = Counter(tuple(actor.act(np.zeros((1, 3)), masks, np.ones(1, bool))[0]) for _ in range(9000))
+    # WAIT (1) + PRUNE x 2 slots (2) + GERMINATE x 1 slot x 2 blueprints x 3 blends x 3 tempos (18) = 21 actions.
+    assert len(counts) == 21
+    assert all(abs(c / 9000 - 1 / 21) < 0.015 for c in counts.values())
+    assert all(a[0] != Op.GERMINATE or a[2] in (0, 1) for a in counts)
+
+
+def test_baselines_play_valid_episodes() -> None:
+    driver = VectorEnvDriver(gym.make_vec(toy_env.ENV_ID, num_envs=3, autoreset_mode="SameStep"))
+    for actor in (RandomValidActor(driver.head_sizes, seed=1), StaticActor()):
+        records = run_episodes(driver, actor, 7, seed=5)
+        assert len(records) == 7 and sorted(r.env for r in records) == [0, 0, 0, 1, 1, 2, 2]
+    assert all(r.episode_return == 0.0 for r in records)  # static: always WAIT, never rewarded or punished
+
+
+def test_mean_ci95() -> None:
+    mean, half = mean_ci95([1.0, 2.0, 3.0])
+    assert mean == 2.0 and abs(half - 4.303 * 1.0 / np.sqrt(3)) < 1e-9
+    assert np.isnan(mean_ci95([5.0])[1]) and np.isnan(mean_ci95([])[0])

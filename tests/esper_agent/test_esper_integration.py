@@ -1,0 +1,67 @@
+"""esper_agent against the real Esper vector env on CPU (skipped until esper_env.vector_env exists)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from agent_fixtures import one_torch_thread  # noqa: F401  (autouse: one torch thread per test)
+
+from esper_agent.config import AgentConfig
+from esper_agent.trainer import Trainer
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("esper_env.vector_env") is None,
+                                reason="esper_env.vector_env is not there yet")
+SMALL = {"max_epochs": 3, "device": "cpu", "synthetic_train_size": 256, "synthetic_val_size": 64}
+
+
+def test_autoreset_modes_on_esper_synthetic() -> None:
+    """SAME_STEP and DISABLED give bit-identical rollouts on the real env; NEXT_STEP stores no reset step."""
+    rollouts = {}
+    for mode in ("NextStep", "SameStep", "Disabled"):
+        envs = gym.make_vec("Esper-Synthetic-v0", num_envs=2, autoreset_mode=mode, **SMALL)
+        trainer = Trainer(envs, AgentConfig(rollout_steps=7, hidden_size=32, normalize_obs=False), seed=0)
+        rollouts[mode], stats = trainer.collector.collect(5, trainer.sample_generator)
+        envs.close()
+        assert len(stats.episodes) == 4 and stats.invalid == 0
+    same, disabled, nxt = rollouts["SameStep"], rollouts["Disabled"], rollouts["NextStep"]
+    for name, a, b in zip(same._fields, same, disabled, strict=True):
+        if name not in ("initial_state", "resets_inside"):
+            assert torch.equal(a, b), name
+    # In phase, every sub-env ends together: the all-reset NEXT_STEP steps are neither stored nor counted.
+    assert nxt.valid.all() and nxt.episode_start.sum(1).tolist() == [3, 3]
+    assert np.array_equal(nxt.truncated.numpy(), same.truncated.numpy())
+
+
+def test_resume_is_exact_on_esper_synthetic(tmp_path: Path) -> None:
+    """The exact-resume property holds on the real env too (CPU): it reseeds every rollout's reset."""
+    from esper_agent import train
+    from esper_agent.checkpoint import load_checkpoint
+
+    base = ["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(SMALL), "--num-envs", "2", "--device", "cpu",
+            "--total-updates", "4", "--rollout-steps", "3", "--checkpoint-interval", "2"]
+    assert train.main([*base, "--run-dir", str(tmp_path / "a")]) == 0
+    parsed = vars(train.build_parser().parse_args([*base, "--run-dir", str(tmp_path / "b")]))
+    fields = AgentConfig.__dataclass_fields__
+    options = train._options({k: v for k, v in parsed.items() if k not in fields}, None)
+
+    def interrupt(metrics: dict) -> None:
+        if metrics["update"] == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train.run(options, AgentConfig(**{k: v for k, v in parsed.items() if k in fields}), on_update=interrupt)
+    assert train.main(["--resume", str(tmp_path / "b")]) == 0
+    a, b = load_checkpoint(tmp_path / "a" / "checkpoint.pt"), load_checkpoint(tmp_path / "b" / "checkpoint.pt")
+    assert all(torch.equal(v, b["policy"][k]) for k, v in a["policy"].items())
+
+    def rows(path: Path) -> list[dict]:
+        lines = (path / "metrics.jsonl").read_text().splitlines()
+        return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")} for line in lines]
+
+    assert rows(tmp_path / "a") == rows(tmp_path / "b")

@@ -1,0 +1,136 @@
+"""The PPO update and the anomaly checks, on crafted metrics and on crafted rollouts."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import toy_env
+from agent_fixtures import one_torch_thread  # noqa: F401  (autouse: one torch thread per test)
+
+from esper_agent.anomalies import detect_anomalies
+from esper_agent.buffer import compute_gae
+from esper_agent.config import AgentConfig
+from esper_agent.ppo import NonFiniteGuard, TrainBatch, minibatch_terms, ppo_update
+from esper_env.spaces import HEAD_NAMES, Op
+
+HEALTHY = {"ppo/ratio_max": 1.3, "ppo/ratio_min": 0.8, "ppo/nonfinite_steps": 0.0, "ppo/kl_max": 0.01,
+           "value/std": 0.5, "value/returns_std": 1.0} | {f"entropy/{h}": 0.7 for h in HEAD_NAMES}
+
+
+def names(anomalies: list[str]) -> set[str]:
+    return {a.split(":")[0] for a in anomalies}
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ({"ppo/ratio_max": 25.0}, "ratio_explosion"),
+    ({"ppo/ratio_min": 0.01}, "ratio_collapse"),
+    ({"ppo/nonfinite_steps": 2.0}, "nonfinite_loss"),
+    ({"entropy/slot": 0.001}, "entropy_collapse/slot"),
+    ({"entropy/op": 0.0}, "entropy_collapse/op"),
+    ({"ppo/kl_max": 0.5}, "kl_spike"),
+    ({"value/std": 1e-4}, "value_collapse"),
+])
+def test_each_detector_fires_alone_on_crafted_metrics(change: dict[str, float], expected: str) -> None:
+    cfg = AgentConfig()
+    assert detect_anomalies(HEALTHY, cfg) == []
+    assert names(detect_anomalies(HEALTHY | change, cfg)) == {expected}
+
+
+def test_missing_statistics_raise_no_alarm() -> None:
+    """A head never available has NaN conditional entropy: not a collapse; no returns spread: no value alarm."""
+    quiet = HEALTHY | {"entropy/blueprint": math.nan, "value/returns_std": 0.0, "value/std": 0.0}
+    assert detect_anomalies(quiet, AgentConfig()) == []
+    assert detect_anomalies({}, AgentConfig()) == []
+
+
+def collected_batch(trainer, target_kl: float = 0.0) -> TrainBatch:
+    rollout, _ = trainer.collector.collect(3, trainer.sample_generator)
+    advantages = compute_gae(rollout, trainer.reward_scaler.scale_rewards(rollout.rewards), 0.99, 0.95)
+    return TrainBatch(rollout, advantages.advantages, advantages.returns)
+
+
+def run_update(trainer, batch: TrainBatch, guard: NonFiniteGuard | None = None, **changes: float) -> dict:
+    cfg = AgentConfig(**(trainer.config.to_dict() | changes))
+    guard = guard or NonFiniteGuard(cfg.max_nonfinite_steps)
+    stats = ppo_update(trainer.policy, trainer.optimizer, batch, cfg, trainer.minibatch_generator, guard)
+    return stats | {"anomalies": detect_anomalies(stats, cfg)}
+
+
+@pytest.mark.parametrize(("shift", "expected"), [(-6.0, "ratio_explosion"), (6.0, "ratio_collapse")])
+def test_ratio_anomalies_through_the_update(shift: float, expected: str) -> None:
+    """Stored log-probs far from the current policy's make the joint ratio explode (or collapse)."""
+    trainer = toy_env.make_toy_trainer()
+    batch = collected_batch(trainer)
+    batch.rollout.log_probs[:, ::2] += shift
+    stats = run_update(trainer, batch, target_kl=0.0)
+    assert expected in names(stats["anomalies"])
+    assert "kl_spike" in names(stats["anomalies"])
+
+
+def test_nonfinite_loss_skips_the_step_and_stops_after_three_in_a_row() -> None:
+    trainer = toy_env.make_toy_trainer()
+    batch = collected_batch(trainer)
+    batch.advantages[:] = math.nan
+    before = [p.detach().clone() for p in trainer.policy.parameters()]
+    with pytest.raises(RuntimeError, match="3 PPO minibatch steps in a row had a non-finite loss"):
+        run_update(trainer, batch)
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.policy.parameters(), strict=True))
+
+
+def test_isolated_nonfinite_steps_are_skipped_counted_and_reported() -> None:
+    trainer = toy_env.make_toy_trainer(num_minibatches=6)  # one env row per minibatch
+    batch = collected_batch(trainer)
+    batch.advantages[0, 0] = math.inf
+    stats = run_update(trainer, batch, guard=NonFiniteGuard(limit=100), target_kl=0.0)
+    assert stats["ppo/nonfinite_steps"] == trainer.config.update_epochs  # env 0's minibatch, once per epoch
+    assert stats["ppo/steps_applied"] == trainer.config.update_epochs * 5
+    assert "nonfinite_loss" in names(stats["anomalies"])
+    assert all(torch.isfinite(p).all() for p in trainer.policy.parameters())
+    assert math.isfinite(stats["loss/total"])
+
+
+def test_kl_early_stop_after_a_minibatch_step() -> None:
+    trainer = toy_env.make_toy_trainer(num_minibatches=3)
+    batch = collected_batch(trainer)
+    stats = run_update(trainer, batch, target_kl=1e-12, learning_rate=1e-2)
+    # The first step sees KL 0 (nothing changed yet) and is applied; the next one measures the moved policy.
+    assert stats["ppo/steps_applied"] == 1 and stats["ppo/early_stop"] == 1.0
+    full = run_update(trainer, collected_batch(trainer), target_kl=0.0)
+    assert full["ppo/steps_applied"] == trainer.config.update_epochs * 3 and full["ppo/early_stop"] == 0.0
+
+
+def test_entropy_collapse_detected_through_the_update() -> None:
+    trainer = toy_env.make_toy_trainer()
+    with torch.no_grad():
+        trainer.policy.heads[0][-1].bias[Op.WAIT] = 60.0  # the op head always says WAIT
+    stats = run_update(trainer, collected_batch(trainer), target_kl=0.0)
+    assert "entropy_collapse/op" in names(stats["anomalies"])
+    assert math.isnan(stats["entropy/blueprint"])  # never GERMINATE: blueprint never available, no alarm
+    assert "entropy_collapse/blueprint" not in names(stats["anomalies"])
+
+
+def test_value_collapse_detected_through_a_training_update() -> None:
+    trainer = toy_env.make_toy_trainer()
+    with torch.no_grad():
+        trainer.policy.value_head[-1].weight.zero_()  # V(s) is a constant
+    metrics = trainer.update()
+    assert "value_collapse" in names(metrics["anomalies"])
+    assert metrics["value/std"] == 0.0 and metrics["value/returns_std"] > 0
+
+
+def test_loss_is_finite_on_adversarial_inputs() -> None:
+    """Huge logits (near-deterministic heads), single-valid masks from the env, padding: loss and gradients
+    stay finite."""
+    trainer = toy_env.make_toy_trainer(mode="NextStep")
+    with torch.no_grad():
+        for head in trainer.policy.heads:
+            head[-1].weight.mul_(1e6)
+    batch = collected_batch(trainer)
+    batch.rollout.valid[0, -3:] = False  # a row that ends early, as after a NEXT_STEP reset step
+    index = torch.arange(batch.rollout.valid.shape[0])
+    terms = minibatch_terms(trainer.policy, batch, index, trainer.config)
+    terms.loss.backward()
+    assert torch.isfinite(terms.loss) and torch.isfinite(terms.stats).all()
+    assert all(torch.isfinite(p.grad).all() for p in trainer.policy.parameters() if p.grad is not None)

@@ -1,0 +1,134 @@
+"""The command lines: train (outputs, exact resume, refusals) and evaluate."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import toy_env
+from agent_fixtures import one_torch_thread  # noqa: F401  (autouse: one torch thread per test)
+
+from esper_agent import evaluate, train
+from esper_agent.checkpoint import load_checkpoint
+from esper_agent.config import AgentConfig
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+ENV = f"{toy_env.__name__}:{toy_env.ENV_ID}"
+SMALL = ["--rollout-steps", "8", "--hidden-size", "16", "--num-minibatches", "2"]
+
+
+def base_args(run_dir: Path, updates: int = 2, mode: str = "SameStep") -> list[str]:
+    return ["--env", ENV, "--env-kwargs", json.dumps({"autoreset_mode": mode}), "--num-envs", "4",
+            "--device", "cpu", "--seed", "3", "--total-updates", str(updates), "--run-dir", str(run_dir), *SMALL]
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("run")
+    assert train.main(base_args(run_dir)) == 0
+    return run_dir
+
+
+def test_cli_writes_every_output(trained_run: Path) -> None:
+    config = json.loads((trained_run / "config.json").read_text())
+    assert config["git_commit"] == "unknown" or re.fullmatch(r"[0-9a-f]{40}", config["git_commit"])
+    assert config["agent"] == AgentConfig(rollout_steps=8, hidden_size=16).to_dict()
+    assert config["run"]["env_id"] == ENV and config["run"]["seed"] == 3
+    rows = [json.loads(line) for line in (trained_run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in rows] == [1, 2]
+    for key in ("loss/policy", "loss/value", "ppo/kl", "ppo/clip_fraction", "value/explained_variance",
+                "entropy/op", "entropy/slot", "grad/norm_preclip", "grad/op", "actions/op_wait",
+                "actions/invalid_rate", "episode/return_mean", "episode/final_accuracy", "episode/seed_params",
+                "lifecycle/fossilize_count", "lifecycle/prune_count", "time/env_steps_per_s", "anomalies"):
+        assert key in rows[0], key
+    csv_lines = (trained_run / "metrics.csv").read_text().splitlines()
+    assert len(csv_lines) == 3 and csv_lines[0].startswith("update,")
+    assert any(p.name.startswith("events.out.tfevents") for p in (trained_run / "tb").iterdir())
+    checkpoint = load_checkpoint(trained_run / "checkpoint.pt")
+    assert checkpoint["counters"]["update"] == 2 and checkpoint["run"]["env_id"] == ENV
+
+
+def test_module_entry_point_runs(tmp_path: Path) -> None:
+    path = os.pathsep.join([str(HERE), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": path}  # one thread: see agent_fixtures.py
+    result = subprocess.run([sys.executable, "-m", "esper_agent.train", *base_args(tmp_path / "run", updates=1)],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "update 1 |" in result.stdout  # plain lines when stdout is not a TTY
+    help_text = subprocess.run([sys.executable, "-m", "esper_agent.train", "--help"], cwd=ROOT, env=env,
+                               capture_output=True, text=True, timeout=60).stdout
+    assert "--clip-coef" in help_text and "--resume" in help_text and "nats per step" in help_text
+
+
+def comparable(path: Path) -> list[dict]:
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+
+def test_interrupted_run_resumes_to_the_same_parameters_and_metrics(tmp_path: Path) -> None:
+    """A run stopped during update 3 (checkpoint at update 2) and resumed from its checkpoint ends exactly
+    where an uninterrupted run ends: parameters, optimizer, normalisers, RNG and every logged metric."""
+    args = ["--checkpoint-interval", "2", "--normalize-obs", "--anneal-lr"]
+    assert train.main(base_args(tmp_path / "straight", updates=4, mode="NextStep") + args) == 0
+
+    def interrupt(metrics: dict) -> None:
+        if metrics["update"] == 3:
+            raise KeyboardInterrupt
+
+    parsed = vars(train.build_parser().parse_args(base_args(tmp_path / "broken", updates=4, mode="NextStep") + args))
+    fields = AgentConfig.__dataclass_fields__
+    config = AgentConfig(**{k: v for k, v in parsed.items() if k in fields})
+    options = train._options({k: v for k, v in parsed.items() if k not in fields}, None)
+    with pytest.raises(KeyboardInterrupt):
+        train.run(options, config, on_update=interrupt)
+    assert load_checkpoint(tmp_path / "broken" / "checkpoint.pt")["counters"]["update"] == 2
+    assert len(comparable(tmp_path / "broken" / "metrics.jsonl")) == 3  # update 3 was logged, not saved
+
+    assert train.main(["--resume", str(tmp_path / "broken")]) == 0
+    straight = load_checkpoint(tmp_path / "straight" / "checkpoint.pt")
+    resumed = load_checkpoint(tmp_path / "broken" / "checkpoint.pt")
+    assert straight["counters"] == resumed["counters"]
+    for name in ("policy",):
+        for key, value in straight[name].items():
+            assert torch.equal(value, resumed[name][key]), key
+    assert str(straight["optimizer"]) == str(resumed["optimizer"])
+    assert str(straight["normalizers"]) == str(resumed["normalizers"])
+    assert torch.equal(straight["rng"]["sample"], resumed["rng"]["sample"])
+    assert comparable(tmp_path / "straight" / "metrics.jsonl") == comparable(tmp_path / "broken" / "metrics.jsonl")
+    csv_rows = (tmp_path / "broken" / "metrics.csv").read_text().splitlines()
+    assert len(csv_rows) == 5  # header + updates 1..4, the pre-interruption update 3 replaced
+
+
+def test_resume_refuses_changed_settings(trained_run: Path) -> None:
+    with pytest.raises(SystemExit, match=r"\['clip_coef'\] differ from the checkpoint"):
+        train.main(["--resume", str(trained_run), "--clip-coef", "0.1"])
+    with pytest.raises(SystemExit, match="num_envs"):
+        train.main(["--resume", str(trained_run), "--num-envs", "2"])
+
+
+def test_cli_refuses_a_gamma_mismatch(tmp_path: Path) -> None:
+    args = base_args(tmp_path / "run")
+    args[args.index("--env-kwargs") + 1] = json.dumps({"pbrs_weight": 0.2, "pbrs_gamma": 0.9})
+    with pytest.raises(ValueError, match="pbrs_gamma=0.9"):
+        train.main(args)
+
+
+def test_evaluate_writes_a_results_table(trained_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    checkpoint = trained_run / "checkpoint.pt"
+    assert evaluate.main(["--checkpoint", str(checkpoint), "--episodes", "6"]) == 0
+    table = Path(f"{checkpoint}.eval.md").read_text()
+    assert "| episode | env | return | final accuracy | seed params | length |" in table
+    assert len(re.findall(r"^\| \d+ \| \d \|", table, flags=re.M)) == 6
+    data = json.loads(Path(f"{checkpoint}.eval.json").read_text())
+    assert len(data["episodes"]) == 6 and data["deterministic"] is True
+    assert "return: mean" in capsys.readouterr().out
+    # Deterministic: the same episodes again give the same table.
+    assert evaluate.main(["--checkpoint", str(checkpoint), "--episodes", "6"]) == 0
+    assert Path(f"{checkpoint}.eval.md").read_text() == table
