@@ -2,7 +2,7 @@
 # Device session for the head-to-head (real CIFAR-10 staged in /tmp/cifar10). Usage: bash benchmarks/gpu_compare.sh SLICE
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
-export ESPER_DATA_DIR=/tmp/cifar10 PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+export ESPER_DATA_DIR=${ESPER_DATA_DIR:-/tmp/cifar10} PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 R=benchmarks/results/compare
 case ${1:-baselines} in
   baselines)

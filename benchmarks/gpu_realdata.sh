@@ -2,7 +2,7 @@
 # Device session with real CIFAR-10 staged in /tmp/cifar10 (see README "Running on a GPU").
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
-export ESPER_DATA_DIR=/tmp/cifar10 PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+export ESPER_DATA_DIR=${ESPER_DATA_DIR:-/tmp/cifar10} PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 (cd /tmp/cifar10 && ls -la)
 python3 -m pytest -q -m "gpu or realdata" tests -s -p no:cacheprovider 2>&1 | tee "$OUT/gpu_tests.log" | tail -15
 python3 -m benchmarks.host_alone --seeds 4 --lrs 0.05 0.1 0.2 --out "$OUT"
