@@ -134,3 +134,23 @@ def test_config_rejects_bad_kwargs_by_name():
     with pytest.raises(TypeError, match="batch_size"):
         gym.make("Esper-Synthetic-v0", batch_size="64")
     assert dataclasses.asdict(EnvConfig.from_kwargs(host_widths=[8, 8]))["host_widths"] == (8, 8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_fuzzed_malformed_actions_raise_value_error_naming_the_problem(data):
+    """Any shape, dtype or value that is not a valid (num_envs, 5) integer array is refused by validation."""
+    shape = data.draw(st.sampled_from([(2, 5), (2, 4), (5,), (1, 5), (2, 5, 1), ()]))
+    dtype = data.draw(st.sampled_from([np.int64, np.int8, np.uint8, np.float32, np.float64, np.bool_]))
+    values = data.draw(st.lists(st.one_of(st.integers(-3, 10), st.just(float("nan"))),
+                                min_size=int(np.prod(shape)), max_size=int(np.prod(shape))))
+    with np.errstate(invalid="ignore"):
+        array = np.array(values, dtype=np.float64).astype(dtype, copy=False).reshape(shape) if dtype != np.float64 \
+            else np.array(values, dtype=dtype).reshape(shape)
+    good = (shape == (2, 5) and np.dtype(dtype).kind in "iu"
+            and ((array >= 0) & (array < NVEC[None, :])).all())
+    if good:
+        np.testing.assert_array_equal(masks.validate_actions(array, 2, NVEC), array)
+    else:
+        with pytest.raises(ValueError, match="action"):
+            masks.validate_actions(array, 2, NVEC)
