@@ -83,6 +83,9 @@ class VectorEnvDriver:
         self.relevance = spaces.relevance_matrix()
         self._pending = np.zeros(self.num_envs, bool)
         self._warned = False
+        self.last_info: dict[str, Any] = {}
+        """The raw ``info`` of the last :meth:`step`, before any DISABLED-mode reset: for callers that record more
+        than :data:`TELEMETRY_KEYS` (``esper_agent.evaluate`` draws timelines from it)."""
 
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, ActionMasks]:
         obs, info = self.envs.reset(seed=seed)
@@ -91,6 +94,7 @@ class VectorEnvDriver:
 
     def step(self, actions: np.ndarray) -> EnvStep:
         obs, reward, terminated, truncated, info = self.envs.step(actions)
+        self.last_info = info
         obs = np.array(obs, np.float32)
         reward = np.asarray(reward, np.float64).copy()
         terminated, truncated = np.asarray(terminated, bool).copy(), np.asarray(truncated, bool).copy()

@@ -87,7 +87,8 @@ class EsperEnv(gym.Env):
     rolls a diverged host back (non-finite or too large loss); ``info["rollback"]`` says so.
 
     ## Info
-    After every step: ``action_mask``, ``op_slot_mask``, ``invalid_action``, ``executed_op``, ``epoch``,
+    After every step: ``action_mask``, ``op_slot_mask``, ``invalid_action``, ``executed_op``,
+    ``executed_slot`` (-1 for WAIT), ``epoch``,
     ``val_accuracy``, ``val_loss``, ``train_accuracy``, ``train_loss``, ``host_only_accuracy``,
     ``seed_params``, ``images_trained``, per slot ``stage``, ``alpha``, ``blueprint``, ``contribution`` (pp,
     NaN when not measured this step) and ``holding_timeout``; ``rollback``; ``test_accuracy`` at the last step

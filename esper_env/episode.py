@@ -129,7 +129,9 @@ def measured_contributions(episode: Episode) -> tuple[float, ...]:
 
 
 def rollback(episode: Episode) -> list[ModuleChange]:
-    """The governor fired: prune every live seed and end the episode (fossils stay; a reset follows)."""
+    """The governor fired: prune every live seed and end the episode (fossils stay; a reset follows). The
+    epoch was spent, so it counts; its measurements are not recorded."""
+    episode.epoch += 1
     changes = []
     slots = list(episode.slots)
     for i, state in enumerate(slots):

@@ -21,6 +21,7 @@ class StepRecord:
 
     valid: bool
     op: int
+    slot: int  # the slot the executed op targeted, -1 for WAIT
     previous: tuple[float, float, float]  # accuracy, seed params, potential before the step
     pruned_contribution: float
     reward: float = 0.0
@@ -66,7 +67,7 @@ def build_step_info(records: dict[int, StepRecord], episodes: list[Episode], op_
 
 
 _PER_ENV = {
-    "invalid_action": bool, "executed_op": np.int64, "epoch": np.int64, "rollback": bool,
+    "invalid_action": bool, "executed_op": np.int64, "executed_slot": np.int64, "epoch": np.int64, "rollback": bool,
     "val_accuracy": np.float64, "val_loss": np.float64, "train_accuracy": np.float64, "train_loss": np.float64,
     "host_only_accuracy": np.float64, "seed_params": np.float64, "images_trained": np.int64,
     "stage": np.int64, "alpha": np.float64, "blueprint": np.int64, "contribution": np.float64,
@@ -80,6 +81,7 @@ def _row(record: StepRecord | None, ep: Episode, seed_params: float, num_slots: 
     return {
         "invalid_action": bool(record and not record.valid),
         "executed_op": record.op if record else 0,
+        "executed_slot": record.slot if record else -1,
         "epoch": ep.epoch,
         "rollback": bool(record and record.rollback),
         "val_accuracy": m.val_accuracy if m else nan,

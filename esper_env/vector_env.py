@@ -197,7 +197,8 @@ class EsperVectorEnv(VectorEnv):
                     self._seed_params(i), potential(ep.stages, self.config))
         changes, pruned = apply_action(ep, action, valid)
         self._apply_changes(i, changes)
-        return StepRecord(valid=valid, op=ep.last_op, previous=previous, pruned_contribution=pruned)
+        slot = -1 if ep.last_op == spaces.Op.WAIT else int(action[spaces.Head.SLOT])
+        return StepRecord(valid=valid, op=ep.last_op, slot=slot, previous=previous, pruned_contribution=pruned)
 
     def _epoch_control(self, i: int) -> EpochControl:
         ep, cfg = self._episodes[i], self.config

@@ -227,3 +227,13 @@ def test_flat_mask_layout_matches_heads(tiny):
     parts = np.split(info["action_mask"], np.cumsum(nvec)[:-1])
     assert [len(p) for p in parts] == list(nvec)
     assert parts[Head.OP].tolist() == [True, True, False, False, False]
+
+
+def test_rollback_step_counts_its_epoch_and_names_the_executed_slot(tiny):
+    env = gym.make(ID, **tiny)
+    env.reset(seed=0)
+    _, _, _, _, info = env.step(_germinate(slot=2))
+    assert info["epoch"] == 1 and info["executed_op"] == Op.GERMINATE and info["executed_slot"] == 2
+    env.unwrapped.vector_env.inject_fault(0, "nan_loss")
+    _, _, terminated, _, info = env.step(WAIT)
+    assert terminated and info["rollback"] and info["epoch"] == 2 and info["executed_slot"] == -1
