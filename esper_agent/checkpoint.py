@@ -46,6 +46,9 @@ def save_checkpoint(path: str | os.PathLike[str], payload: dict[str, Any]) -> Pa
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+    # A writer killed mid-save leaves its own temp file (named by its pid); the next good save removes it.
+    for stale in path.parent.glob(f".{path.name}.tmp*"):
+        stale.unlink(missing_ok=True)
     return path
 
 

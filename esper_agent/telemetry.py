@@ -58,9 +58,22 @@ def _truncate_jsonl(path: Path, keep_up_to: int) -> None:
     """Drop rows logged after the checkpoint a run resumes from (they will be produced again)."""
     if not path.exists():
         return
-    rows = [line for line in path.read_text().splitlines() if line.strip()]
-    kept = [line for line in rows if json.loads(line).get("update", 0) <= keep_up_to]
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # a line torn by a crash mid-append: it is logged again after resume
+            continue
+        if row.get("update", 0) <= keep_up_to:
+            kept.append(line)
     path.write_text("".join(line + "\n" for line in kept))
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return math.inf
 
 
 def _truncate_csv(path: Path, keep_up_to: int) -> None:
@@ -71,7 +84,8 @@ def _truncate_csv(path: Path, keep_up_to: int) -> None:
     if not rows:
         return
     column = rows[0].index("update") if "update" in rows[0] else None
-    kept = [rows[0]] + [r for r in rows[1:] if column is None or float(r[column]) <= keep_up_to]
+    kept = [rows[0]] + [r for r in rows[1:] if len(r) == len(rows[0])  # a torn row is dropped
+                        and (column is None or _number(r[column]) <= keep_up_to)]
     with open(path, "w", newline="") as f:
         csv.writer(f).writerows(kept)
 

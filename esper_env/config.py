@@ -199,13 +199,13 @@ def _validate(cfg: EnvConfig) -> None:
     for name, choices in _CHOICES.items():
         _require(cfg, name, getattr(cfg, name) in choices, f"one of {choices}")
     for name in _NON_NEGATIVE:
-        _require(cfg, name, math.isfinite(getattr(cfg, name)) and getattr(cfg, name) >= 0, "a finite float >= 0")
+        _require(cfg, name, _finite(getattr(cfg, name)) and getattr(cfg, name) >= 0, "a finite float >= 0")
     for name in _POSITIVE:
-        _require(cfg, name, math.isfinite(getattr(cfg, name)) and getattr(cfg, name) > 0, "a finite float > 0")
-    _require(cfg, "momentum", 0.0 <= cfg.momentum < 1.0, "a float in [0, 1)")
-    _require(cfg, "pbrs_gamma", 0.0 < cfg.pbrs_gamma <= 1.0, "a float in (0, 1]")
-    _require(cfg, "pbrs_weight", math.isfinite(cfg.pbrs_weight), "a finite float")
-    _require(cfg, "fossilize_min_contribution", math.isfinite(cfg.fossilize_min_contribution), "a finite float")
+        _require(cfg, name, _finite(getattr(cfg, name)) and getattr(cfg, name) > 0, "a finite float > 0")
+    _require(cfg, "momentum", _finite(cfg.momentum) and 0.0 <= cfg.momentum < 1.0, "a float in [0, 1)")
+    _require(cfg, "pbrs_gamma", _finite(cfg.pbrs_gamma) and 0.0 < cfg.pbrs_gamma <= 1.0, "a float in (0, 1]")
+    _require(cfg, "pbrs_weight", _finite(cfg.pbrs_weight), "a finite float")
+    _require(cfg, "fossilize_min_contribution", _finite(cfg.fossilize_min_contribution), "a finite float")
     _require(cfg, "host_widths", len(cfg.host_widths) >= 1 and all(w >= 1 for w in cfg.host_widths),
              "a non-empty list of positive channel counts")
     blocks = cfg.slot_block_indices
@@ -215,11 +215,19 @@ def _validate(cfg: EnvConfig) -> None:
     _require(cfg, "max_seeds", cfg.max_seeds is None or 1 <= cfg.max_seeds <= cfg.num_slots,
              f"None or an integer in [1, {cfg.num_slots}]")
     _require(cfg, "stage_potentials", len(cfg.stage_potentials) == 8
-             and all(math.isfinite(p) for p in cfg.stage_potentials), "8 finite floats, one per stage")
+             and all(_finite(p) for p in cfg.stage_potentials), "8 finite floats, one per stage")
     for name in ("train_images_per_epoch", "val_images"):
         value = getattr(cfg, name)
         _require(cfg, name, value is None or value >= 1, "None or an integer >= 1")
     _require(cfg, "devices", cfg.devices is None or len(cfg.devices) >= 1, "None or a non-empty list of devices")
+
+
+def _finite(value: float) -> bool:
+    """``math.isfinite`` that also takes ints too large for a float (they are not finite floats)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _require(cfg: EnvConfig, name: str, ok: bool, expected: str) -> None:

@@ -64,22 +64,25 @@ class GraphSet:
 
 def resolve_devices(cfg: EnvConfig, num_envs: int) -> list[torch.device]:
     """The device of each sub-env: round-robin over ``cfg.devices``, else ``cfg.device``."""
+    field = "devices" if cfg.devices else "device"
     names = list(cfg.devices) if cfg.devices else [cfg.device]
-    devices = [torch.device(_resolve(name)) for name in names]
+    devices = [torch.device(_resolve(name, field)) for name in names]
     for device in devices:
         if device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"device={device} requested but CUDA is not available; expected 'cpu' or 'auto'")
+            raise ValueError(f"{field}={device} requested but CUDA is not available; expected 'cpu' or 'auto'")
     return [devices[i % len(devices)] for i in range(num_envs)]
 
 
-def _resolve(name: str) -> str:
+def _resolve(name: str, field: str) -> str:
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
+    expected = "expected 'auto', 'cpu', 'cuda' or 'cuda:N'"
     try:
-        torch.device(name)
+        kind = torch.device(name).type
     except RuntimeError as error:
-        expected = "expected 'auto', 'cpu', 'cuda' or 'cuda:N'"
-        raise ValueError(f"device={name!r} is not a torch device; {expected}") from error
+        raise ValueError(f"{field}={name!r} is not a torch device; {expected}") from error
+    if kind not in ("cpu", "cuda"):
+        raise ValueError(f"{field}={name!r}: the env runs on CPU or CUDA devices only; {expected}")
     return name
 
 

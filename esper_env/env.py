@@ -7,6 +7,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from esper_env.config import EnvConfig
 from esper_env.render import RENDER_METADATA
 from esper_env.vector_env import EsperVectorEnv
 
@@ -105,7 +106,8 @@ class EsperEnv(gym.Env):
     metadata: dict[str, Any] = dict(RENDER_METADATA)
 
     def __init__(self, render_mode: str | None = None, **kwargs: Any) -> None:
-        kwargs.pop("autoreset_mode", None)  # the single env resets explicitly
+        EnvConfig.from_kwargs(**kwargs)  # validates every argument, autoreset_mode included, by name
+        kwargs.pop("autoreset_mode", None)  # ...which the single env then ignores: it resets explicitly
         self._vector = EsperVectorEnv(num_envs=1, render_mode=render_mode, autoreset_mode="Disabled", **kwargs)
         self.config = self._vector.config
         self.render_mode = render_mode

@@ -293,16 +293,19 @@ class HostTrainer:
 
     @torch.no_grad()
     def _inject(self, fault: str) -> None:
-        """Break this epoch without adding work to every step: a NaN input image ("nan_loss"), classifier
-        weights scaled 1e4-fold ("exploding_loss"), or a NaN in the first live seed (else host) parameter."""
+        """Break this epoch without adding work to every step: a NaN input image ("nan_loss"), logits blown up
+        by the classifier ("exploding_loss": weights x1e4 and one class's bias +1e4, so the loss explodes even
+        when the features are dead), or the first parameter of the first seed (else of the host) set to NaN
+        ("nan_parameters": the whole tensor, since one element of a 3x3 kernel may never meet data)."""
         if fault == "nan_loss":
             self.epoch_images[0, 0].fill_(math.nan)
         elif fault == "exploding_loss":
             self.model.classifier.weight.mul_(1e4)
+            self.model.classifier.bias[0].add_(1e4)
         elif fault == "nan_parameters":
             seeded = [s for s in self.model.slots if s.seed is not None]
             params = seed_parameters(seeded[0]) if seeded else self.model.host_parameters()
-            params[0].view(-1)[0] = math.nan
+            params[0].fill_(math.nan)
         else:
             raise ValueError(f"fault {fault!r}; expected 'nan_loss', 'exploding_loss' or 'nan_parameters'")
 

@@ -8,6 +8,7 @@ import sys
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
@@ -237,3 +238,20 @@ def test_rollback_step_counts_its_epoch_and_names_the_executed_slot(tiny):
     env.unwrapped.vector_env.inject_fault(0, "nan_loss")
     _, _, terminated, _, info = env.step(WAIT)
     assert terminated and info["rollback"] and info["epoch"] == 2 and info["executed_slot"] == -1
+
+
+def test_faults_roll_back_even_a_seed_on_a_tiny_feature_map_or_a_dead_host(tiny):
+    """nan_parameters poisons a whole tensor (one 3x3 corner tap may never meet data on a 1x1 map) and
+    exploding_loss blows the logits up through the bias too (scaled weights do nothing to zero features)."""
+    tiny = {**tiny, "synthetic_image_size": 8}
+    env = gym.make(ID, **tiny)
+    env.reset(seed=0)
+    env.step(_germinate(slot=2, blueprint=5))  # conv_light on slot 2: a 1x1 feature map at 8 px
+    env.unwrapped.vector_env.inject_fault(0, "nan_parameters")
+    assert env.step(WAIT)[4]["rollback"]
+    env.reset(seed=1)
+    trainer = env.unwrapped.vector_env._engine.trainers[0]
+    with torch.no_grad():
+        trainer.model.blocks[-1][0].weight.zero_()  # a dead host: every feature is zero
+    env.unwrapped.vector_env.inject_fault(0, "exploding_loss")
+    assert env.step(WAIT)[4]["rollback"]
