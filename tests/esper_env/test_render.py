@@ -267,3 +267,17 @@ def _step_info(record: EpisodeRecord, step: int) -> dict:
     keys = ("epoch", "val_accuracy", "host_only_accuracy", "seed_params", "executed_op", "invalid_action",
             "rollback", "stage", "alpha", "blueprint", "contribution", "holding_timeout")
     return {key: np.asarray(getattr(record, key)[step]) for key in keys}
+
+
+def test_frames_collect_through_gymnasium_render_wrappers():
+    """RenderCollection (what RecordVideo-style wrappers build on) gathers one same-sized frame per step."""
+    from gymnasium.wrappers import RenderCollection
+
+    with _one_torch_thread():
+        env = RenderCollection(gym.make(ID, render_mode="rgb_array", **REAL))
+        env.reset(seed=0)
+        env.step(GERMINATE)
+        env.step(WAIT)
+        frames = env.render()
+        env.close()
+    assert len(frames) == 3 and len({f.shape for f in frames}) == 1 and frames[0].dtype == np.uint8
