@@ -33,12 +33,13 @@ from benchmarks.throughput import device_name
 from esper_agent.baselines import RandomValidActor, StaticActor
 from esper_agent.config import AgentConfig
 from esper_agent.distributions import ActionMasks
-from esper_agent.evaluate import PolicyActor
+from esper_agent.envs import VectorEnvDriver
+from esper_agent.evaluate import PolicyActor, TimelineRecorder, run_episodes
 from esper_agent.heuristic import HeuristicActor
 from esper_agent.train import git_commit
 from esper_agent.trainer import Trainer
 from esper_env.config import EnvConfig
-from esper_env.render import EpisodeRecord, split_vector_info, write_contact_sheet, write_episode_png
+from esper_env.render import EpisodeRecord, write_contact_sheet, write_episode_png
 from esper_env.spaces import head_sizes
 from esper_env.wrappers import joint_actions, joint_mask
 
@@ -125,28 +126,15 @@ def evaluate(actor: Any, args: argparse.Namespace, seed: int) -> tuple[list[dict
     n = args.eval_episodes
     envs = gym.make_vec(args.env, num_envs=n, autoreset_mode="SameStep", report_test_accuracy=True,
                         **args.env_kwargs)
-    cfg = envs.unwrapped.config
-    obs, info = envs.reset(seed=EVAL_SEED_OFFSET + seed)
-    actor.reset(n)
-    records = [EpisodeRecord.start(cfg.num_slots, cfg.max_epochs) for _ in range(n)]
-    results: list[dict | None] = [None] * n
-    returns, invalid, starts = np.zeros(n), np.zeros(n), np.ones(n, dtype=bool)
-    while any(r is None for r in results):
-        actions = actor.act(obs, ActionMasks(info["op_slot_mask"], info["action_mask"]), starts)
-        obs, rewards, terminated, truncated, info = envs.step(actions)
-        starts = terminated | truncated
-        for i in (i for i in range(n) if results[i] is None):
-            step = split_vector_info(info["final_info"] if starts[i] else info, i)
-            records[i].add(step)
-            returns[i] += rewards[i]
-            invalid[i] += bool(step["invalid_action"])
-            if starts[i]:
-                results[i] = {"return": returns[i], "val_accuracy": step["val_accuracy"],
-                              "test_accuracy": step.get("test_accuracy", math.nan),
-                              "seed_params": step["seed_params"], "rollback": bool(terminated[i]),
-                              "invalid_rate": invalid[i] / len(records[i].epoch), "length": len(records[i].epoch)}
+    driver = VectorEnvDriver(envs)
+    recorder = TimelineRecorder(driver, envs.unwrapped.config.max_epochs)
+    records = run_episodes(driver, actor, n, EVAL_SEED_OFFSET + seed, on_step=recorder)
+    timelines = recorder.timelines_of(records)
     envs.close()
-    return [{k: float(v) if isinstance(v, np.floating) else v for k, v in r.items()} for r in results], records
+    episodes = [{"return": r.episode_return, "val_accuracy": r.final_accuracy, "test_accuracy": r.test_accuracy,
+                 "seed_params": r.seed_params, "rollback": r.rollback, "length": r.length,
+                 "invalid_rate": float(np.mean(t.invalid_action))} for r, t in zip(records, timelines, strict=True)]
+    return episodes, timelines
 
 
 def run_slice(arm: str, seed: int, args: argparse.Namespace, folder: Path) -> dict:

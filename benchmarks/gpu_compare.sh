@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Device session for the head-to-head (real CIFAR-10 staged in /tmp/cifar10). Usage: bash benchmarks/gpu_compare.sh SLICE
+# GPU session for a slice of the head-to-head on real CIFAR-10.
+# Usage: ESPER_DATA_DIR=<shards> [SEEDS="0 1"] [BUDGET=4000] bash benchmarks/gpu_compare.sh baselines|agent
 set -uo pipefail
-OUT=${OUT:-/tmp/out}
-export ESPER_DATA_DIR=${ESPER_DATA_DIR:-/tmp/cifar10} PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+: "${ESPER_DATA_DIR:?set ESPER_DATA_DIR to the folder with the CIFAR-10 shards}"
+export PYTHONUNBUFFERED=1
 R=benchmarks/results/compare
 case ${1:-baselines} in
   baselines)
@@ -13,4 +14,3 @@ case ${1:-baselines} in
     python3 -m benchmarks.compare_agents --env Esper-CIFAR10-Fast-v0 --arms esper_agent --seeds ${SEEDS:-0} \
       --budget-epochs ${BUDGET:-4000} --out $R ;;
 esac
-tar czf "$OUT/compare.tgz" $R

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# One device session: install the carried wheels, run the GPU tests, the throughput and memory benchmarks.
-# Usage on the device machine: bash benchmarks/gpu_session.sh [tests] [throughput] [memory]
+# One GPU session: the GPU tests, then the throughput, memory and profile benchmarks (synthetic data).
+# Usage: OUT=<folder> bash benchmarks/gpu_session.sh [tests] [throughput] [memory] [profile]
 set -uo pipefail
-OUT=${OUT:-/tmp/out}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+OUT=${OUT:-benchmarks/results}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import torch, sys; print('torch', torch.__version__, 'python', sys.version.split()[0])"
 for part in "$@"; do

@@ -142,10 +142,6 @@ class EnvConfig:
         converted = {key: _tuple_if_list(value) for key, value in kwargs.items()}
         return cls(**converted)
 
-    def to_kwargs(self) -> dict[str, Any]:
-        """The config as plain JSON types (tuples become lists)."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
-
     @property
     def slot_block_indices(self) -> tuple[int, ...]:
         """The blocks after which a slot sits, in forward order."""

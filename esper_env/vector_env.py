@@ -187,7 +187,7 @@ class EsperVectorEnv(VectorEnv):
         metrics = self._engine.run_epoch(controls, test)
         self.timings["engine"] += time.perf_counter() - engine_start
         for i in active:
-            self._finish_step(i, records[i], self._measure(i, metrics[i], i in test))
+            self._finish_step(i, records[i], self._engine.trainers[i].read_measurement(metrics[i], i in test))
         return self._autoreset(records)
 
     def _begin_step(self, i: int, action: np.ndarray) -> StepRecord:
@@ -208,9 +208,6 @@ class EsperVectorEnv(VectorEnv):
         controls = slot_controls(modes, tuple(s.alpha for s in ep.slots))
         return EpochControl(controls + [cfg.host_lr * schedule, cfg.seed_lr * schedule],
                             fault=fault)
-
-    def _measure(self, i: int, row: np.ndarray, tested: bool) -> Measurement:
-        return self._engine.trainers[i].read_measurement(row, tested)
 
     def _finish_step(self, i: int, record: StepRecord, m: Measurement) -> None:
         ep, cfg = self._episodes[i], self.config

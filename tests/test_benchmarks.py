@@ -1,0 +1,35 @@
+"""Smoke tests of the benchmark scripts with tiny budgets on CPU (the real runs are on a GPU)."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from benchmarks import compare_agents, compare_report, host_alone
+
+TINY = {"device": "cpu", "max_epochs": 3, "synthetic_train_size": 256, "synthetic_val_size": 128,
+        "synthetic_test_size": 128, "batch_size": 64}
+
+
+def test_compare_agents_writes_resumable_slices_and_the_report(tmp_path, capsys):
+    torch.set_num_threads(1)
+    args = ["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--arms", "static", "heuristic",
+            "--seeds", "0", "1", "--eval-episodes", "2", "--out", str(tmp_path)]
+    compare_agents.main(args)
+    folder = tmp_path / "Esper-Synthetic-v0"
+    slice_ = json.loads((folder / "heuristic" / "seed1.json").read_text())
+    assert len(slice_["episodes"]) == 2 and slice_["episodes"][0]["length"] == 3
+    assert (folder / "heuristic" / "seed0-sheet.png").exists()
+    compare_agents.main(args)  # every slice exists: nothing is recomputed
+    assert capsys.readouterr().out.count("exists: skipped") == 4
+    compare_report.main([str(folder)])
+    table = (folder / "table.md").read_text()
+    assert "| static | 2 |" in table and "| heuristic | 2 |" in table and (folder / "curves.png").exists()
+
+
+def test_host_alone_reports_test_accuracy(tmp_path):
+    host_alone.main(["--env", "Esper-Synthetic-v0", "--seeds", "2", "--env-kwargs", json.dumps(TINY),
+                     "--out", str(tmp_path)])
+    (row,) = json.loads(next(tmp_path.glob("host_alone-*.json")).read_text())
+    assert row["truncated"] and len(row["test_accuracy"]) == 2
