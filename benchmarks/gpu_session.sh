@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU session: the GPU tests, then the throughput, memory and profile benchmarks (synthetic data).
-# Usage: OUT=<folder> bash benchmarks/gpu_session.sh [tests] [throughput] [memory] [profile]
+# Usage: OUT=<folder> bash benchmarks/gpu_session.sh [tests] [throughput] [memory] [profile] [grouped]
 set -uo pipefail
 OUT=${OUT:-benchmarks/results}
 mkdir -p "$OUT"
@@ -13,5 +13,6 @@ for part in "$@"; do
     throughput) python3 -m benchmarks.throughput --num-envs 1 4 8 16 --out "$OUT" ;;
     memory) python3 -m benchmarks.memory --episodes 200 --num-envs 4 --out "$OUT" ;;
     profile) python3 -m benchmarks.profile_step --num-envs 1 8 --out "$OUT" ;;
+    grouped) python3 -m benchmarks.grouped --num-envs 8 16 --out "$OUT" ;;
   esac
 done

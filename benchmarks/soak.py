@@ -25,7 +25,7 @@ import platform
 import resource
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -187,13 +187,19 @@ def device_name(device: str) -> str:
 
 
 class MemoryProbe:
-    """Host RSS and CUDA memory high-water marks, plus a sample every ``SAMPLE_EVERY_S`` seconds."""
+    """Host RSS and CUDA memory high-water marks, plus a sample every ``SAMPLE_EVERY_S`` seconds.
 
-    def __init__(self, device: str) -> None:
+    Each sample records the episodes finished so far, so the report shows memory against episodes (flat means
+    no leak); ``on_sample`` (if given) is called after each sample, e.g. to write a partial report.
+    """
+
+    def __init__(self, device: str, counts: SoakCounts | None = None,
+                 on_sample: Callable[[], None] | None = None) -> None:
         self.cuda = device.startswith("cuda")
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(device)
         self.device, self.start = device, time.perf_counter()
+        self.counts, self.on_sample = counts or SoakCounts(), on_sample
         self.rss_start = self.rss_max = current_rss_bytes()
         self.samples: list[dict[str, float]] = []
         self._next = 0.0
@@ -203,13 +209,17 @@ class MemoryProbe:
         self.rss_max = max(self.rss_max, rss)
         elapsed = time.perf_counter() - self.start
         if elapsed >= self._next:
-            sample = {"seconds": round(elapsed, 1), "rss_mib": rss / 2**20}
+            sample = {"seconds": round(elapsed, 1), "episodes": self.counts.episodes, "rss_mib": rss / 2**20}
             if self.cuda:
                 sample["cuda_allocated_mib"] = torch.cuda.memory_allocated(self.device) / 2**20
+                sample["cuda_reserved_mib"] = torch.cuda.memory_reserved(self.device) / 2**20
             self.samples.append(sample)
             self._next = elapsed + SAMPLE_EVERY_S
+            if self.on_sample is not None:
+                self.on_sample()
 
     def report(self) -> dict[str, Any]:
+        self._next = 0.0  # a last sample at the end of the run
         self.poll()
         mib = 2**20
         out: dict[str, Any] = {"host_rss_start_mib": self.rss_start / mib,
@@ -222,9 +232,23 @@ class MemoryProbe:
         if self.cuda:
             out["cuda_allocated_high_water_mib"] = torch.cuda.max_memory_allocated(self.device) / mib
             out["cuda_reserved_high_water_mib"] = torch.cuda.max_memory_reserved(self.device) / mib
-            out["cuda_allocated_growth_mib"] = (torch.cuda.memory_allocated(self.device) / mib
-                                                - self.samples[0]["cuda_allocated_mib"])
+            out |= cuda_growth(self.samples, torch.cuda.memory_allocated(self.device) / mib)
         return out | {"memory_samples": self.samples}
+
+
+def cuda_growth(samples: list[dict[str, float]], allocated_now_mib: float) -> dict[str, float]:
+    """Allocated growth since the first sample, and the allocated/reserved range over the second half of the run.
+
+    The first half includes warm-up (cuDNN autotuning, the first graph captures); flat memory means the
+    second half's range is small and the episodes keep coming.
+    """
+    late = samples[len(samples) // 2:]
+    return {"cuda_allocated_growth_mib": allocated_now_mib - samples[0]["cuda_allocated_mib"],
+            "cuda_allocated_second_half_range_mib": [min(s["cuda_allocated_mib"] for s in late),
+                                                     max(s["cuda_allocated_mib"] for s in late)],
+            "cuda_reserved_second_half_range_mib": [min(s["cuda_reserved_mib"] for s in late),
+                                                    max(s["cuda_reserved_mib"] for s in late)],
+            "episodes_second_half": samples[-1]["episodes"] - late[0]["episodes"]}
 
 
 def run_agent(envs: FaultInjector, args: argparse.Namespace, deadline: float, probe: MemoryProbe) -> dict[str, Any]:
@@ -264,24 +288,46 @@ def run_actor(envs: FaultInjector, args: argparse.Namespace, deadline: float, pr
     return {}
 
 
-def soak(args: argparse.Namespace) -> dict[str, Any]:
-    """Run the soak and return its report (the JSON written by :func:`main`)."""
+def soak(args: argparse.Namespace, partial_path: Path | None = None) -> dict[str, Any]:
+    """Run the soak and return its report (the JSON written by :func:`main`).
+
+    With ``partial_path``, a partial report (counts and memory so far, ``"partial": true``) is written there at
+    every memory sample, so a run cut short (a lost machine, a kill) still leaves its numbers behind.
+    """
     kwargs = {**json.loads(args.env_kwargs), "device": args.device}
     probe = MemoryProbe(args.device)  # before the env: its construction counts towards the high-water marks
     envs = FaultInjector(gym.make_vec(args.env, num_envs=args.num_envs, **kwargs), args.fault_rate, args.seed)
     start = time.perf_counter()
+    probe.counts = envs.counts
+    if partial_path is not None:
+        probe.on_sample = lambda: write_report(partial_path, report_head(args, kwargs, envs.counts, start)
+                                               | {"partial": True, "memory_samples": probe.samples})
     run = run_agent if args.policy == "agent" else run_actor
     extra = run(envs, args, start + 60.0 * args.minutes, probe)
-    elapsed = time.perf_counter() - start
     envs.close()
-    counts = envs.counts.to_dict()
-    failures = {"fault_mismatches": counts["missed_count"], "nonfinite_observations": counts["nonfinite_observations"],
-                "nonfinite_rewards": counts["nonfinite_rewards"], "nonfinite_losses": extra.get("nonfinite_losses", 0)}
+    head = report_head(args, kwargs, envs.counts, start)
+    failures = {"fault_mismatches": head["missed_count"], "nonfinite_observations": head["nonfinite_observations"],
+                "nonfinite_rewards": head["nonfinite_rewards"], "nonfinite_losses": extra.get("nonfinite_losses", 0)}
+    return head | extra | probe.report() | {"ok": not any(failures.values()), "failures": failures}
+
+
+def report_head(args: argparse.Namespace, kwargs: dict[str, Any], counts: SoakCounts, start: float
+                ) -> dict[str, Any]:
+    """The run's settings, its counts and rates so far."""
+    elapsed = time.perf_counter() - start
     return {"device": device_name(args.device), "policy": args.policy, "env": args.env, "env_kwargs": kwargs,
             "num_envs": args.num_envs, "fault_rate": args.fault_rate, "fault_kinds": list(FAULTS), "seed": args.seed,
-            "minutes": args.minutes, "elapsed_s": elapsed, "env_steps_per_s": counts["transitions"] / elapsed,
-            "vector_steps_per_s": counts["vector_steps"] / elapsed, **counts, **extra, **probe.report(),
-            "torch": torch.__version__, "ok": not any(failures.values()), "failures": failures}
+            "minutes": args.minutes, "torch": torch.__version__, "elapsed_s": elapsed,
+            "env_steps_per_s": counts.transitions / elapsed, "vector_steps_per_s": counts.vector_steps / elapsed,
+            **counts.to_dict()}
+
+
+def write_report(path: Path, report: dict[str, Any]) -> None:
+    """Write the JSON report atomically (a reader never sees half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_suffix(".json.tmp")
+    temp.write_text(json.dumps(report, indent=1) + "\n")
+    temp.replace(path)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -303,13 +349,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def report_path(out: Path, device: str) -> Path:
+    tag = device_name(device).split(" (")[0].replace(" ", "-").lower()
+    return out if out.suffix == ".json" else out / f"soak-{tag}.json"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    report = soak(args)
-    tag = report["device"].split(" (")[0].replace(" ", "-").lower()
-    path = args.out if args.out.suffix == ".json" else args.out / f"soak-{tag}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=1) + "\n")
+    path = report_path(args.out, args.device)
+    report = soak(args, partial_path=path)
+    write_report(path, report)
     print(json.dumps({k: v for k, v in report.items() if k not in ("memory_samples", "agent_config", "env_kwargs")},
                      indent=1))
     print(f"report: {path}")

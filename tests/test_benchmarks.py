@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
-from benchmarks import compare_agents, compare_report, host_alone
+from benchmarks import compare_agents, compare_report, grouped, host_alone
+from esper_env.host import HostModel
 
 TINY = {"device": "cpu", "max_epochs": 3, "synthetic_train_size": 256, "synthetic_val_size": 128,
         "synthetic_test_size": 128, "batch_size": 64}
@@ -33,3 +35,17 @@ def test_host_alone_reports_test_accuracy(tmp_path):
                      "--out", str(tmp_path)])
     (row,) = json.loads(next(tmp_path.glob("host_alone-*.json")).read_text())
     assert row["truncated"] and len(row["test_accuracy"]) == 2
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_grouped_host_is_the_same_function_as_separate_hosts(train: bool) -> None:
+    torch.manual_seed(0)
+    hosts = [HostModel((4, 8), ()) for _ in range(3)]
+    model = grouped.GroupedHost(3, (4, 8))
+    model.load_hosts(hosts)
+    images = torch.randn(3, 5, 3, 16, 16)  # (K, B, C, H, W): each host its own batch
+    for module in [model, *hosts]:
+        module.train(train)
+    no_slots = torch.zeros(0), torch.zeros(2, 0)
+    separate = torch.stack([host(x, *no_slots) for host, x in zip(hosts, images, strict=True)], dim=1)
+    torch.testing.assert_close(model(grouped.interleave(images)), separate, rtol=1e-5, atol=1e-5)

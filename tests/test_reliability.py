@@ -377,3 +377,17 @@ def test_soak_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert report["faults_survived"] > 0 and failures["fault_mismatches"] == report["missed_count"]
     assert report["rollbacks"] == report["faults_survived"] + report["unprovoked_rollbacks"]
     assert report["episodes"] > 0 and report["env_steps_per_s"] > 0 and report["host_rss_high_water_mib"] > 0
+    assert "partial" not in report  # the final report replaced the partial ones written at each memory sample
+    episodes = [sample["episodes"] for sample in report["memory_samples"]]
+    assert episodes == sorted(episodes) and episodes[-1] == report["episodes"]
+
+
+def test_soak_writes_a_partial_report_at_each_memory_sample(tmp_path: Path) -> None:
+    path = tmp_path / "partial.json"
+    args = soak.build_parser().parse_args(["--minutes", "0.01", "--device", "cpu", "--policy", "random",
+                                           "--num-envs", "2", "--env-kwargs", json.dumps(
+                                               {k: v for k, v in ENV_KWARGS.items() if k != "device"})])
+    report = soak.soak(args, partial_path=path)
+    partial = json.loads(path.read_text())
+    assert partial["partial"] is True and partial["memory_samples"][0]["episodes"] == 0
+    assert partial["device"] == report["device"] and partial["vector_steps"] <= report["vector_steps"]
