@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from esper_agent.buffer import Rollout, RolloutStorage
+from esper_agent.distributed import SINGLE, SingleProcess
 from esper_agent.distributions import ActionMasks
 from esper_agent.envs import EnvStep, VectorEnvDriver
 from esper_agent.normalize import ObservationNormalizer, RewardScaler
@@ -98,9 +99,9 @@ class Collector:
     """Fills a :class:`RolloutStorage` from a vector env with the current policy."""
 
     def __init__(self, driver: VectorEnvDriver, policy: RecurrentPolicy, obs_norm: ObservationNormalizer,
-                 reward_scaler: RewardScaler, storage: RolloutStorage) -> None:
+                 reward_scaler: RewardScaler, storage: RolloutStorage, ranks: SingleProcess = SINGLE) -> None:
         self.driver, self.policy, self.obs_norm, self.reward_scaler = driver, policy, obs_norm, reward_scaler
-        self.storage, self.device = storage, storage.device
+        self.storage, self.device, self.ranks = storage, storage.device, ranks
         self.tracker = EpisodeTracker(driver.num_envs)
 
     def _obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
@@ -129,9 +130,9 @@ class Collector:
             state, obs, masks, starts = out.state, step.obs, step.masks, step.episode_start
         starts_t = torch.as_tensor(starts, device=self.device)
         last_values = self.policy.predict_value(self._obs_tensor(obs), state, starts_t)
-        # Normalisers change once per rollout, after it (see esper_agent.normalize).
-        self.obs_norm.commit()
-        self.reward_scaler.commit()
+        # Normalisers change once per rollout, after it, with every rank's rollout (see esper_agent.normalize).
+        self.obs_norm.commit(self.ranks)
+        self.reward_scaler.commit(self.ranks)
         return self.storage.finish(last_values), self.tracker.stats
 
     def _store(self, raw_obs: np.ndarray, obs_t: torch.Tensor, starts: np.ndarray, out: ActOutput,
@@ -158,4 +159,27 @@ def rollout_seed(seed: int, update: int) -> int:
     return int(np.random.SeedSequence([seed, update]).generate_state(1)[0] & 0x7FFFFFFF)
 
 
-__all__ = ["Collector", "EpisodeTracker", "EpisodeRecord", "RolloutStats", "rollout_seed", "masks_to_device"]
+def rank_reset_seed(seed: int, update: int, rank: int, num_envs: int) -> int:
+    """The reset seed of one rank's vector env: a vector env seeds sub-env ``i`` with ``seed + i``, so sub-env
+    ``i`` of rank ``r`` gets the seed of sub-env ``r * num_envs + i`` of one process running every sub-env."""
+    return rollout_seed(seed, update) + rank * num_envs
+
+
+def merge_rollout_stats(parts: list[RolloutStats]) -> RolloutStats:
+    """One :class:`RolloutStats` for the rollouts of every rank (episodes in rank order)."""
+    if len(parts) == 1:
+        return parts[0]
+    merged = RolloutStats()
+    for part in parts:
+        merged.transitions += part.transitions
+        merged.op_counts += part.op_counts
+        merged.executed_counts += part.executed_counts
+        merged.invalid += part.invalid
+        merged.invalid_reported += part.invalid_reported
+        merged.images += part.images
+        merged.episodes.extend(part.episodes)
+    return merged
+
+
+__all__ = ["Collector", "EpisodeTracker", "EpisodeRecord", "RolloutStats", "rollout_seed", "rank_reset_seed",
+           "merge_rollout_stats", "masks_to_device"]

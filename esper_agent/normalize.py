@@ -5,6 +5,8 @@ The order within one update is fixed and tested:
 1. during a rollout both normalisers are *frozen*: observations are normalised with the statistics of earlier
    rollouts, and the rollout only accumulates what it sees (:meth:`observe`);
 2. right after the rollout each normaliser folds what it accumulated into its statistics once (:meth:`commit`);
+   under torchrun every rank folds in every rank's rollout, in rank order, so all ranks keep identical
+   statistics (see ``esper_agent.distributed``);
 3. the rollout's rewards are then scaled with the reward statistics that include this rollout, before GAE.
 
 Observations stored in the rollout are the normalised ones the policy acted on, so the PPO update replays
@@ -17,6 +19,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from esper_agent.distributed import SINGLE, SingleProcess
 
 EPS = 1e-8
 
@@ -41,6 +45,12 @@ class RunningMeanStd:
         new_mean = self.mean + delta * batch_count / total
         m2 = self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / total
         self.mean, self.var, self.count = np.asarray(new_mean), np.asarray(m2 / total), total
+
+    def commit(self, pending: list[np.ndarray], ranks: SingleProcess = SINGLE) -> None:
+        """Fold this rank's ``pending`` batches (and under torchrun every other rank's, in rank order) in."""
+        batch = np.concatenate(pending) if pending else np.zeros((0, *self.mean.shape))
+        for moments in ranks.gather_moments(batch):
+            self.merge(*moments)
 
     def state_dict(self) -> dict[str, Any]:
         return {"mean": torch.from_numpy(np.array(self.mean, np.float64)),
@@ -73,9 +83,8 @@ class ObservationNormalizer:
         if self.enabled and len(obs):
             self._pending.append(np.array(obs, np.float64))
 
-    def commit(self) -> None:
-        if self._pending:
-            self.stats.update(np.concatenate(self._pending))
+    def commit(self, ranks: SingleProcess = SINGLE) -> None:
+        self.stats.commit(self._pending, ranks)
         self._pending = []
 
     def state_dict(self) -> dict[str, Any]:
@@ -110,9 +119,8 @@ class RewardScaler:
             self._pending.append(self.returns[active].copy())
         self.returns[done] = 0.0
 
-    def commit(self) -> None:
-        if self._pending:
-            self.stats.update(np.concatenate(self._pending))
+    def commit(self, ranks: SingleProcess = SINGLE) -> None:
+        self.stats.commit(self._pending, ranks)
         self._pending = []
 
     @property

@@ -28,11 +28,15 @@ from torch import Tensor, nn
 
 from esper_agent.buffer import Rollout
 from esper_agent.config import AgentConfig
+from esper_agent.distributed import SINGLE, SingleProcess
 from esper_agent.policy import LSTMState, RecurrentPolicy
 from esper_env.spaces import HEAD_NAMES
 
 SCALAR_STATS = ("loss/policy", "loss/value", "loss/entropy", "loss/total", "ppo/kl", "ppo/clip_fraction",
                 "ppo/ratio_max", "ppo/ratio_min")
+ADDITIVE_STATS = SCALAR_STATS[:6]
+"""The scalars that are sums over steps divided by global counts: the ranks' shares add up (the ratio extremes
+do not; the head entropy sums do, the head counts are global already)."""
 
 
 class TrainBatch(NamedTuple):
@@ -42,8 +46,8 @@ class TrainBatch(NamedTuple):
 
 
 class MinibatchTerms(NamedTuple):
-    loss: Tensor  # scalar, with gradients
-    kl: Tensor  # scalar, detached
+    loss: Tensor  # scalar, with gradients (under torchrun: this rank's share; the ranks' shares sum to the loss)
+    kl: Tensor  # scalar, detached (this rank's share)
     stats: Tensor  # (len(SCALAR_STATS) + 2 * num_heads,) detached: scalars, head entropy sums, head counts
 
 
@@ -67,35 +71,46 @@ def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     return torch.where(mask, x, torch.zeros_like(x)).sum() / mask.sum().clamp(min=1)
 
 
-def minibatch_terms(policy: RecurrentPolicy, batch: TrainBatch, rows: Tensor, cfg: AgentConfig) -> MinibatchTerms:
-    """Losses and statistics for the env rows ``rows`` (a CPU index tensor) of the batch."""
+def minibatch_terms(policy: RecurrentPolicy, batch: TrainBatch, rows: Tensor, cfg: AgentConfig,
+                    ranks: SingleProcess = SINGLE) -> MinibatchTerms:
+    """Losses and statistics for the env rows ``rows`` (a CPU index tensor) of the batch.
+
+    Means divide by counts over every rank's minibatch (``ranks.sum``; the identity in one process), so that
+    the ranks' losses add up to the loss of one process over the union of their minibatches.
+    """
     r = batch.rollout
     resets_inside = bool(r.resets_inside[rows.numpy()].any())  # host flags: no device sync
     index = rows.to(batch.advantages.device)
+    valid = r.valid[index]
+    adv = batch.advantages[index]
+    zero = torch.zeros_like(adv)
+    count, adv_sum = ranks.sum(torch.stack([valid.sum().float(), torch.where(valid, adv, zero).sum()]))
+    count = count.clamp(min=1)
+    adv_mean = adv_sum / count
+
     state = LSTMState(r.initial_state.h[index], r.initial_state.c[index])
     ev = policy.sequence(r.obs[index], r.episode_start[index], state, r.actions[index], r.used_masks[index],
                          resets_inside)
-    valid = r.valid[index]
-    adv = batch.advantages[index]
-    adv_mean = masked_mean(adv, valid)
-    adv_std = masked_mean((adv - adv_mean) ** 2, valid).sqrt()
-    adv = (adv - adv_mean) / (adv_std + 1e-8)
+    counted = ev.available & valid.unsqueeze(-1)  # (B, T, heads)
+    squares = torch.where(valid, (adv - adv_mean) ** 2, zero).sum()
+    global_counts = ranks.sum(torch.cat([squares.view(1), counted.sum((0, 1)).float()]))
+    adv = (adv - adv_mean) / ((global_counts[0] / count).sqrt() + 1e-8)
+
+    def mean(x: Tensor) -> Tensor:
+        return torch.where(valid, x, torch.zeros_like(x)).sum() / count
 
     log_ratio = ev.log_prob - r.log_probs[index]
     ratio = log_ratio.exp()
-    surrogate = torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef))
-    pg_loss = masked_mean(surrogate, valid)
-    v_loss = 0.5 * masked_mean((ev.value - batch.returns[index]) ** 2, valid)
-
-    counted = ev.available & valid.unsqueeze(-1)  # (B, T, heads)
+    pg_loss = mean(torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)))
+    v_loss = 0.5 * mean((ev.value - batch.returns[index]) ** 2)
     head_sum = torch.where(counted, ev.entropy, torch.zeros_like(ev.entropy)).sum((0, 1))
-    head_count = counted.sum((0, 1)).float()
+    head_count = global_counts[1:]
     entropy = (head_sum / head_count.clamp(min=1)).sum()
     loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
 
     with torch.no_grad():
-        kl = masked_mean((ratio - 1) - log_ratio, valid)
-        clip_fraction = masked_mean(((ratio - 1).abs() > cfg.clip_coef).float(), valid)
+        kl = mean((ratio - 1) - log_ratio)
+        clip_fraction = mean(((ratio - 1).abs() > cfg.clip_coef).float())
         ratio_max = torch.where(valid, ratio, torch.full_like(ratio, -math.inf)).max()
         ratio_min = torch.where(valid, ratio, torch.full_like(ratio, math.inf)).min()
         scalars = torch.stack([pg_loss, v_loss, entropy, loss, kl, clip_fraction, ratio_max, ratio_min]).detach()
@@ -114,9 +129,27 @@ def group_grad_norms(groups: dict[str, list[nn.Parameter]]) -> Tensor:
     return torch.stack(norms)
 
 
+def reduce_step(params: list[nn.Parameter], stats: Tensor, ranks: SingleProcess) -> Tensor:
+    """Sum the gradients and the additive statistics over ranks in one all-reduce; returns the step's statistics
+    as one process over every rank's minibatch would have computed them (ratio extremes stay per rank until
+    :func:`summarize`). In one process: ``stats`` itself."""
+    if ranks.world_size == 1:
+        return stats
+    n, heads = len(SCALAR_STATS), len(HEAD_NAMES)
+    additive = torch.cat([stats[: len(ADDITIVE_STATS)], stats[n : n + heads]])
+    sums = ranks.reduce_gradients(params, additive)
+    return torch.cat([sums[: len(ADDITIVE_STATS)], stats[len(ADDITIVE_STATS) : n], sums[len(ADDITIVE_STATS) :],
+                      stats[n + heads :]])
+
+
 def ppo_update(policy: RecurrentPolicy, optimizer: torch.optim.Optimizer, batch: TrainBatch, cfg: AgentConfig,
-               generator: torch.Generator, guard: NonFiniteGuard) -> dict[str, float]:
-    """Run the K-epoch minibatch update; returns named statistics averaged over the steps it looked at."""
+               generator: torch.Generator, guard: NonFiniteGuard, ranks: SingleProcess = SINGLE) -> dict[str, float]:
+    """Run the K-epoch minibatch update; returns named statistics averaged over the steps it looked at.
+
+    Under torchrun every rank shuffles its own env rows with the same generator state, and one minibatch step
+    is the union of the ranks' minibatches: gradients, loss and KL are summed across ranks in one all-reduce
+    (``ranks.reduce_gradients``) before anything is decided, so every rank skips, stops and steps alike.
+    """
     num_envs = batch.rollout.valid.shape[0]
     groups = policy.parameter_groups()
     params = [p for p in policy.parameters() if p.requires_grad]
@@ -126,19 +159,20 @@ def ppo_update(policy: RecurrentPolicy, optimizer: torch.optim.Optimizer, batch:
     for _ in range(cfg.update_epochs):
         order = torch.randperm(num_envs, generator=generator)
         for index in torch.tensor_split(order, cfg.num_minibatches):
-            terms = minibatch_terms(policy, batch, index, cfg)
+            terms = minibatch_terms(policy, batch, index, cfg, ranks)
             optimizer.zero_grad(set_to_none=True)
             terms.loss.backward()
+            stats = reduce_step(params, terms.stats, ranks)
             head_norms = group_grad_norms(groups)
             grad_norm = nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)  # returns the pre-clip norm
-            loss, kl, norm = torch.stack([terms.loss.detach(), terms.kl, grad_norm]).tolist()  # sync: one per step
+            loss, kl, norm = torch.stack([stats[3], stats[4], grad_norm]).tolist()  # sync: one per step
             finite = math.isfinite(loss) and math.isfinite(norm)
             guard.record(finite)
             if not finite:
                 skipped += 1
                 optimizer.zero_grad(set_to_none=True)
                 continue
-            records.append(torch.cat([terms.stats, grad_norm.detach().view(1), head_norms]))
+            records.append(torch.cat([stats, grad_norm.detach().view(1), head_norms]))
             if cfg.target_kl > 0 and kl > cfg.target_kl:
                 stopped = True  # the policy already moved past the target: do not apply this step
                 break
@@ -147,12 +181,13 @@ def ppo_update(policy: RecurrentPolicy, optimizer: torch.optim.Optimizer, batch:
         if stopped:
             break
     optimizer.zero_grad(set_to_none=True)
-    return summarize(records, list(groups), applied, skipped, stopped)
+    return summarize(records, list(groups), applied, skipped, stopped, ranks)
 
 
-def summarize(records: list[Tensor], group_names: list[str], applied: int, skipped: int, stopped: bool
-              ) -> dict[str, float]:
-    """Means (max/min for extremes) over the recorded minibatch steps, with one transfer to the host."""
+def summarize(records: list[Tensor], group_names: list[str], applied: int, skipped: int, stopped: bool,
+              ranks: SingleProcess = SINGLE) -> dict[str, float]:
+    """Means (max/min for extremes, over every rank) over the recorded minibatch steps, with one transfer to the
+    host."""
     heads = len(HEAD_NAMES)
     out = {"ppo/steps_applied": float(applied), "ppo/nonfinite_steps": float(skipped),
            "ppo/early_stop": float(stopped)}
@@ -166,8 +201,9 @@ def summarize(records: list[Tensor], group_names: list[str], applied: int, skipp
     n_scalar = len(SCALAR_STATS)
     kl_col, max_col, min_col, norm_col = 4, 6, 7, n_scalar + 2 * heads
     head_entropy = table[:, n_scalar : n_scalar + heads].sum(0) / table[:, n_scalar + heads : norm_col].sum(0)
-    summary = torch.cat([table.mean(0), table[:, kl_col].max().view(1), table[:, max_col].max().view(1),
-                         table[:, min_col].min().view(1), table[:, norm_col].max().view(1), head_entropy])
+    extremes = ranks.max(torch.stack([table[:, max_col].max(), -table[:, min_col].min()]))  # the ratio's, global
+    summary = torch.cat([table.mean(0), table[:, kl_col].max().view(1), extremes[:1], -extremes[1:],
+                         table[:, norm_col].max().view(1), head_entropy])
     values = summary.cpu().tolist()  # sync: once per update
     means = values[: table.shape[1]]
     kl_max, ratio_max, ratio_min, norm_max = values[table.shape[1] : table.shape[1] + 4]
@@ -180,4 +216,5 @@ def summarize(records: list[Tensor], group_names: list[str], applied: int, skipp
     return out
 
 
-__all__ = ["ppo_update", "minibatch_terms", "TrainBatch", "NonFiniteGuard", "masked_mean", "SCALAR_STATS"]
+__all__ = ["ppo_update", "minibatch_terms", "reduce_step", "TrainBatch", "NonFiniteGuard", "masked_mean",
+           "SCALAR_STATS", "ADDITIVE_STATS"]

@@ -10,6 +10,10 @@ Every :class:`~esper_agent.config.AgentConfig` field is a flag (``--clip-coef 0.
 ``metrics.csv``, TensorBoard events under ``tb/`` and ``checkpoint.pt`` (rewritten atomically every
 ``--checkpoint-interval`` updates and at the end). ``--resume`` continues from a checkpoint exactly where it
 stopped; only ``--total-updates``, ``--device`` and ``--run-dir`` may change on resume.
+
+Several GPUs: the same command under ``torchrun --nproc-per-node N`` runs one process per GPU (``--device cuda``
+is then each process's ``cuda:LOCAL_RANK``, ``--num-envs`` the sub-envs of each process); rank 0 alone writes
+the run folder, and a run resumes with the same or another number of processes (``esper_agent.distributed``).
 """
 
 from __future__ import annotations
@@ -32,8 +36,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from esper_agent import distributed
 from esper_agent.checkpoint import load_checkpoint, save_checkpoint
 from esper_agent.config import AgentConfig, field_help
+from esper_agent.distributed import SINGLE, SingleProcess
 from esper_agent.telemetry import RunLogger
 from esper_agent.trainer import Trainer
 
@@ -75,12 +81,13 @@ def git_commit() -> tuple[str, bool | None]:
         return "unknown", None
 
 
-def write_config_json(options: RunOptions, config: AgentConfig) -> Path:
+def write_config_json(options: RunOptions, config: AgentConfig, world_size: int = 1) -> Path:
     commit, dirty = git_commit()
     record = {
         "agent": config.to_dict(),
         "run": {"env_id": options.env_id, "env_kwargs": options.env_kwargs, "num_envs": options.num_envs,
-                "device": options.device, "seed": options.seed, "total_updates": options.total_updates},
+                "device": options.device, "seed": options.seed, "total_updates": options.total_updates,
+                "world_size": world_size},
         "git_commit": commit, "git_dirty": dirty, "command": sys.argv,
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "gymnasium": gym.__version__, "numpy": np.__version__},
@@ -97,27 +104,41 @@ def _checkpoint_payload(trainer: Trainer, options: RunOptions) -> dict[str, Any]
 
 
 def run(options: RunOptions, config: AgentConfig, resume: dict[str, Any] | None = None,
-        on_update: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any] | None:
-    """Train until ``options.total_updates``; returns the last update's metrics (None if none ran)."""
-    options.run_dir.mkdir(parents=True, exist_ok=True)
-    envs = make_envs(options.env_id, options.num_envs, options.env_kwargs)
-    trainer = Trainer(envs, config, device=options.device, seed=options.seed, total_updates=options.total_updates)
+        on_update: Callable[[dict[str, Any]], None] | None = None, ranks: SingleProcess = SINGLE
+        ) -> dict[str, Any] | None:
+    """Train until ``options.total_updates``; returns the last update's metrics (None if none ran).
+
+    Under torchrun every rank calls this with the same arguments (``options.device`` is the rank's own); only
+    rank 0 writes the run folder.
+    """
+    envs = make_envs(options.env_id, options.num_envs,
+                     distributed.rank_env_kwargs(options.env_id, options.env_kwargs, ranks))
+    trainer = Trainer(envs, config, device=options.device, seed=options.seed, total_updates=options.total_updates,
+                      ranks=ranks)
     if resume is not None:
         trainer.load_state_dict(resume)
-    if resume is None or not (options.run_dir / "config.json").exists():
-        write_config_json(options, config)
-    logger = RunLogger(options.run_dir, options.total_updates, start_update=trainer.update_index)
+    logger = None
+    if ranks.is_main:
+        options.run_dir.mkdir(parents=True, exist_ok=True)
+        if resume is None or not (options.run_dir / "config.json").exists():
+            write_config_json(options, config, ranks.world_size)
+        logger = RunLogger(options.run_dir, options.total_updates, start_update=trainer.update_index)
     metrics = None
     try:
         for metrics in trainer.train(options.total_updates):
-            logger.log(metrics)
+            if logger is not None:
+                logger.log(metrics)
             done = trainer.update_index
             if done % config.checkpoint_interval == 0 or done == options.total_updates:
-                save_checkpoint(options.run_dir / CHECKPOINT_NAME, _checkpoint_payload(trainer, options))
+                payload = _checkpoint_payload(trainer, options)  # a collective under torchrun: every rank
+                if ranks.is_main:
+                    save_checkpoint(options.run_dir / CHECKPOINT_NAME, payload)
+                ranks.barrier()  # no rank runs ahead into the next update's collectives while rank 0 writes
             if on_update is not None:
                 on_update(metrics)
     finally:
-        logger.close()
+        if logger is not None:
+            logger.close()
         envs.close()
     return metrics
 
@@ -131,8 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
                        f"the module first [default: {RUN_DEFAULTS['env']}]")
     group.add_argument("--env-kwargs", type=json.loads, help="JSON object of keyword arguments for "
                        "gym.make_vec, e.g. '{\"max_epochs\": 25}' [default: {}]")
-    group.add_argument("--num-envs", type=int, help=f"sub-envs (count) [default: {RUN_DEFAULTS['num_envs']}]")
-    group.add_argument("--device", help="torch device of the agent: cpu, cuda, cuda:1 or auto [default: auto]")
+    group.add_argument("--num-envs", type=int, help="sub-envs (count), per process under torchrun "
+                       f"[default: {RUN_DEFAULTS['num_envs']}]")
+    group.add_argument("--device", help="torch device of the agent: cpu, cuda, cuda:1 or auto; under torchrun "
+                       "cuda (or auto) is each process's cuda:LOCAL_RANK [default: auto]")
     group.add_argument("--seed", type=int, help="seed of the network init, action sampling, minibatches and env "
                        "resets [default: 0]")
     group.add_argument("--total-updates", type=int, help="PPO updates to run in total (count; one update = "
@@ -183,21 +206,31 @@ def _load_resume(path: Path, given: dict[str, Any], overrides: dict[str, Any]
     return payload, stored, config
 
 
+def _setup(given: dict[str, Any], overrides: dict[str, Any]
+           ) -> tuple[dict[str, Any] | None, RunOptions, AgentConfig]:
+    """The checkpoint to resume (or None), the run options and the agent config of this command line."""
+    if "resume" in given:
+        resume, stored, config = _load_resume(given["resume"], given, overrides)
+        return resume, _options(given, stored), config
+    return None, _options(given, None), AgentConfig(**overrides)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = vars(build_parser().parse_args(argv))
     field_names = {f.name for f in dataclasses.fields(AgentConfig)}
     overrides = {k: v for k, v in args.items() if k in field_names}
     given = {k: v for k, v in args.items() if k not in field_names}
-    resume = None
-    if "resume" in given:
-        resume, stored, config = _load_resume(given["resume"], given, overrides)
-        options = _options(given, stored)
-    else:
-        config, options = AgentConfig(**overrides), _options(given, None)
+    ranks = distributed.init(str(given.get("device", RUN_DEFAULTS["device"])))
+    # Rank 0 alone reads the checkpoint and names the run folder (its name holds the time); the others get both.
+    resume, options, config = ranks.on_main(lambda: _setup(given, overrides))
+    if isinstance(ranks, distributed.ProcessGroup):
+        options = dataclasses.replace(options, device=str(ranks.device))
     try:
-        run(options, config, resume)
+        run(options, config, resume, ranks=ranks)
     except KeyboardInterrupt:
-        print(f"interrupted; continue with: python -m esper_agent.train --resume {options.run_dir}", file=sys.stderr)
+        if ranks.is_main:
+            print(f"interrupted; continue with: python -m esper_agent.train --resume {options.run_dir}",
+                  file=sys.stderr)
         return 130
     return 0
 

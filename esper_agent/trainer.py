@@ -3,6 +3,11 @@
 :class:`Trainer` owns everything that must survive an interruption (network, optimizer, normalisers, RNG
 states, counters) and exposes it as :meth:`Trainer.state_dict` for checkpoints; with the env reseeded from
 ``(seed, update)`` at every rollout, loading that state continues a run exactly (on CPU).
+
+Under torchrun (``ranks``, see ``esper_agent.distributed``) every rank runs this same loop on its own sub-envs:
+rank ``r`` resets its envs as sub-envs ``r * num_envs ...`` of one big vector env would be, samples actions from
+its own generator, and joins the others in the normalisers' merge and the PPO update, after which every rank
+holds the same network, optimizer and normalisers; the metrics are those of all ranks together.
 """
 
 from __future__ import annotations
@@ -18,12 +23,13 @@ import torch
 
 from esper_agent.anomalies import detect_anomalies
 from esper_agent.buffer import Advantages, Rollout, RolloutStorage, compute_gae
-from esper_agent.collect import Collector, rollout_seed
+from esper_agent.collect import Collector, merge_rollout_stats, rank_reset_seed
 from esper_agent.config import AgentConfig
+from esper_agent.distributed import SINGLE, SingleProcess, sample_seed, warn_main
 from esper_agent.envs import VectorEnvDriver
 from esper_agent.normalize import ObservationNormalizer, RewardScaler
 from esper_agent.policy import RecurrentPolicy
-from esper_agent.ppo import NonFiniteGuard, TrainBatch, masked_mean, ppo_update
+from esper_agent.ppo import NonFiniteGuard, TrainBatch, ppo_update
 from esper_agent.telemetry import rollout_metrics
 
 
@@ -53,12 +59,17 @@ def _episode_length(envs: gym.vector.VectorEnv) -> int | None:
     return None
 
 
-def value_statistics(rollout: Rollout, advantages: Advantages) -> dict[str, float]:
-    """Explained variance of the collection-time values, and the spreads the value-collapse check compares."""
+def value_statistics(rollout: Rollout, advantages: Advantages, ranks: SingleProcess = SINGLE) -> dict[str, float]:
+    """Explained variance of the collection-time values, and the spreads the value-collapse check compares
+    (over every rank's rollout)."""
     valid, values, returns = rollout.valid, rollout.values, advantages.returns
-    returns_var = masked_mean((returns - masked_mean(returns, valid)) ** 2, valid)
-    residual_var = masked_mean((returns - values - masked_mean(returns - values, valid)) ** 2, valid)
-    values_var = masked_mean((values - masked_mean(values, valid)) ** 2, valid)
+    series = (returns, returns - values, values)
+    zero = torch.zeros_like(values)
+    first = ranks.sum(torch.stack([valid.sum().float(), *(torch.where(valid, x, zero).sum() for x in series)]))
+    count = first[0].clamp(min=1)
+    means = first[1:] / count
+    squares = [torch.where(valid, (x - m) ** 2, zero).sum() for x, m in zip(series, means, strict=True)]
+    returns_var, residual_var, values_var = ranks.sum(torch.stack(squares)) / count
     ev = torch.where(returns_var > 0, 1 - residual_var / returns_var, torch.full_like(returns_var, math.nan))
     ev, v_std, r_std = torch.stack([ev, values_var.sqrt(), returns_var.sqrt()]).tolist()  # sync: once per update
     return {"value/explained_variance": ev, "value/std": v_std, "value/returns_std": r_std}
@@ -68,7 +79,7 @@ class Trainer:
     """Factored recurrent PPO on a Gymnasium vector env with Esper's action space and masks."""
 
     def __init__(self, envs: gym.vector.VectorEnv, config: AgentConfig, *, device: str | torch.device = "cpu",
-                 seed: int = 0, total_updates: int = 100) -> None:
+                 seed: int = 0, total_updates: int = 100, ranks: SingleProcess = SINGLE) -> None:
         check_gamma_contract(envs, config.gamma)
         self.driver = VectorEnvDriver(envs)
         if config.num_minibatches > self.driver.num_envs:
@@ -79,19 +90,20 @@ class Trainer:
             warnings.warn(f"rollout_steps={config.rollout_steps} < the env's episode length {length}: every rollout "
                           "restarts the envs, so the agent never sees the end of an episode", stacklevel=2)
         self.envs, self.config, self.seed, self.total_updates = envs, config, seed, total_updates
-        self.device = torch.device(device)
+        self.device, self.ranks = torch.device(device), ranks
         with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's global RNG
             torch.manual_seed(seed)
             self.policy = RecurrentPolicy(self.driver.obs_dim, self.driver.num_slots, config.hidden_size)
         self.policy.to(self.device)
+        ranks.broadcast_module(self.policy)  # the same seed gave the same weights; this makes it a fact
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate, eps=config.adam_eps)
         self.obs_norm = ObservationNormalizer(self.driver.obs_dim, config.obs_clip, config.normalize_obs)
         self.reward_scaler = RewardScaler(self.driver.num_envs, config.gamma, config.reward_clip,
                                           config.normalize_reward)
         storage = RolloutStorage(self.driver.num_envs, config.rollout_steps, self.driver.obs_dim,
                                  self.driver.head_sizes, config.hidden_size, self.device)
-        self.collector = Collector(self.driver, self.policy, self.obs_norm, self.reward_scaler, storage)
-        self.sample_generator = torch.Generator(self.device).manual_seed(seed)
+        self.collector = Collector(self.driver, self.policy, self.obs_norm, self.reward_scaler, storage, ranks)
+        self.sample_generator = torch.Generator(self.device).manual_seed(sample_seed(seed, ranks.rank))
         self.minibatch_generator = torch.Generator("cpu").manual_seed(seed + 1)
         self.guard = NonFiniteGuard(config.max_nonfinite_steps)
         self.update_index, self.env_steps = 0, 0
@@ -110,7 +122,8 @@ class Trainer:
 
     def update(self) -> dict[str, Any]:
         start = time.perf_counter()
-        rollout, stats = self.collector.collect(rollout_seed(self.seed, self.update_index), self.sample_generator)
+        seed = rank_reset_seed(self.seed, self.update_index, self.ranks.rank, self.driver.num_envs)
+        rollout, local_stats = self.collector.collect(seed, self.sample_generator)
         collected = time.perf_counter()
         advantages = compute_gae(rollout, self.reward_scaler.scale_rewards(rollout.rewards),
                                  self.config.gamma, self.config.gae_lambda)
@@ -118,50 +131,74 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         batch = TrainBatch(rollout, advantages.advantages, advantages.returns)
-        ppo_stats = ppo_update(self.policy, self.optimizer, batch, self.config, self.minibatch_generator, self.guard)
+        ppo_stats = ppo_update(self.policy, self.optimizer, batch, self.config, self.minibatch_generator, self.guard,
+                               self.ranks)
         self.update_index += 1
+        # Every rank's episodes and counts; the rollout took as long as its slowest rank.
+        parts = self.ranks.gather_objects((local_stats, collected - start))
+        stats, rollout_s = merge_rollout_stats([p[0] for p in parts]), max(p[1] for p in parts)
         self.env_steps += stats.transitions
         metrics: dict[str, Any] = {"update": self.update_index, "env_steps": self.env_steps, "ppo/lr": lr,
                                    "normalizer/reward_scale": self.reward_scaler.scale}
-        metrics |= ppo_stats | value_statistics(rollout, advantages) | rollout_metrics(stats, collected - start)
+        metrics |= ppo_stats | value_statistics(rollout, advantages, self.ranks) | rollout_metrics(stats, rollout_s)
         metrics["time/update_s"] = time.perf_counter() - collected
         metrics["anomalies"] = detect_anomalies(metrics, self.config)
         return metrics
 
+    def _shape(self) -> dict[str, int]:
+        return {"obs_dim": self.driver.obs_dim, "num_slots": self.driver.num_slots,
+                "num_envs": self.driver.num_envs, "hidden_size": self.config.hidden_size}
+
     def state_dict(self) -> dict[str, Any]:
+        """Everything a checkpoint holds. Under torchrun every rank must call it (it gathers each rank's
+        action-sampling RNG state); the rest is the same on every rank."""
+        sample_states = self.ranks.gather_objects(self.sample_generator.get_state())
         return {
             "config": self.config.to_dict(),
-            "shape": {"obs_dim": self.driver.obs_dim, "num_slots": self.driver.num_slots,
-                      "num_envs": self.driver.num_envs, "hidden_size": self.config.hidden_size},
+            "shape": self._shape(),
             "policy": self.policy.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "normalizers": {"obs": self.obs_norm.state_dict(), "reward": self.reward_scaler.state_dict()},
-            "rng": {"sample": self.sample_generator.get_state(), "sample_device": self.device.type,
+            "rng": {"sample": sample_states[0], "sample_by_rank": sample_states, "sample_device": self.device.type,
                     "minibatch": self.minibatch_generator.get_state()},
             "counters": {"update": self.update_index, "env_steps": self.env_steps, "seed": self.seed,
-                         "total_updates": self.total_updates, "nonfinite_streak": self.guard.streak},
+                         "total_updates": self.total_updates, "nonfinite_streak": self.guard.streak,
+                         "world_size": self.ranks.world_size},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict`; the config and shapes must match this trainer's."""
         if AgentConfig.from_dict(state["config"]) != self.config:
             raise ValueError("the checkpoint's AgentConfig differs from this trainer's")
-        mine = self.state_dict()["shape"]
+        mine = self._shape()
         if state["shape"] != mine:
             raise ValueError(f"checkpoint shapes {state['shape']} do not match this run's {mine}")
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.obs_norm.load_state_dict(state["normalizers"]["obs"])
         self.reward_scaler.load_state_dict(state["normalizers"]["reward"])
-        if state["rng"]["sample_device"] == self.device.type:
-            self.sample_generator.set_state(state["rng"]["sample"])
-        else:
-            warnings.warn(f"checkpoint sampled actions on {state['rng']['sample_device']}, this run on "
-                          f"{self.device.type}: the action-sampling RNG restarts from the seed", stacklevel=2)
         self.minibatch_generator.set_state(state["rng"]["minibatch"])
         counters = state["counters"]
         self.update_index, self.env_steps = int(counters["update"]), int(counters["env_steps"])
         self.seed, self.guard.streak = int(counters["seed"]), int(counters["nonfinite_streak"])
+        self._load_sample_state(state["rng"], int(counters.get("world_size", 1)))
+
+    def _load_sample_state(self, rng: dict[str, Any], saved_world_size: int) -> None:
+        """Each rank continues its own action-sampling stream; with another number of ranks than the checkpoint's,
+        a rank the checkpoint did not have starts a fresh stream from (seed, rank, update)."""
+        states = rng.get("sample_by_rank", [rng["sample"]])
+        if saved_world_size != self.ranks.world_size:
+            warn_main(self.ranks, f"the checkpoint was written by {saved_world_size} process(es), this run has "
+                      f"{self.ranks.world_size}: the network, optimizer and normalisers continue; ranks beyond "
+                      f"{len(states) - 1} sample actions from fresh streams")
+        if rng["sample_device"] != self.device.type:
+            warnings.warn(f"checkpoint sampled actions on {rng['sample_device']}, this run on "
+                          f"{self.device.type}: the action-sampling RNG restarts from the seed", stacklevel=3)
+        elif self.ranks.rank < len(states):
+            self.sample_generator.set_state(states[self.ranks.rank])
+        else:
+            fresh = sample_seed(self.seed, self.ranks.rank) + self.update_index
+            self.sample_generator.manual_seed(fresh)
 
 
 __all__ = ["Trainer", "check_gamma_contract", "value_statistics"]
