@@ -187,18 +187,19 @@ class Trainer:
         """Each rank continues its own action-sampling stream; with another number of ranks than the checkpoint's,
         a rank the checkpoint did not have starts a fresh stream from (seed, rank, update)."""
         states = rng.get("sample_by_rank", [rng["sample"]])
-        if saved_world_size != self.ranks.world_size:
+        world_size = self.ranks.world_size
+        if saved_world_size != world_size:
+            fresh = f"; ranks {len(states)} to {world_size - 1} start fresh action-sampling streams" * (
+                world_size > len(states))
             warn_main(self.ranks, f"the checkpoint was written by {saved_world_size} process(es), this run has "
-                      f"{self.ranks.world_size}: the network, optimizer and normalisers continue; ranks beyond "
-                      f"{len(states) - 1} sample actions from fresh streams")
+                      f"{world_size}: the network, optimizer and normalisers continue{fresh}")
         if rng["sample_device"] != self.device.type:
-            warnings.warn(f"checkpoint sampled actions on {rng['sample_device']}, this run on "
-                          f"{self.device.type}: the action-sampling RNG restarts from the seed", stacklevel=3)
+            warn_main(self.ranks, f"checkpoint sampled actions on {rng['sample_device']}, this run on "
+                      f"{self.device.type}: the action-sampling RNG restarts from the seed")
         elif self.ranks.rank < len(states):
             self.sample_generator.set_state(states[self.ranks.rank])
         else:
-            fresh = sample_seed(self.seed, self.ranks.rank) + self.update_index
-            self.sample_generator.manual_seed(fresh)
+            self.sample_generator.manual_seed(sample_seed(self.seed, self.ranks.rank) + self.update_index)
 
 
 __all__ = ["Trainer", "check_gamma_contract", "value_statistics"]

@@ -4,8 +4,9 @@ One ``torchrun --nproc-per-node 2`` launch (the module fixture) runs :func:`work
 two processes. Each rank trains one update on its own sub-envs and saves what went into its PPO update and what
 came out; the tests then run the update of *one* process on the union of both ranks' data (rows of rank 0,
 then rank 1, as one vector env with every sub-env) and compare. The worker then runs the training CLI: a
-straight 2-process run, the same run interrupted and resumed with 2 processes, and a 1-process checkpoint
-resumed with 2; back in pytest, a 2-process checkpoint is resumed by one process.
+straight 2-process run, the same run interrupted and resumed with 2 processes, a 1-process checkpoint resumed
+with 2, and a refused resume (which every rank must leave); back in pytest, a 2-process checkpoint is resumed by
+one process.
 """
 
 from __future__ import annotations
@@ -101,6 +102,8 @@ def worker(out: Path) -> None:
     assert train.main([*CLI, "--total-updates", "2", "--run-dir", str(out / "resumed")]) == 0
     assert train.main(["--resume", str(out / "resumed"), "--total-updates", "3"]) == 0
     assert train.main(["--resume", str(out / "single"), "--total-updates", "2"]) == 0  # 1 process -> 2
+    with pytest.raises(SystemExit, match="clip_coef"):  # rank 0 refuses; rank 1 must leave too, not hang
+        train.main(["--resume", str(out / "single"), "--clip-coef", "0.1"])
 
 
 @pytest.fixture(scope="module")
