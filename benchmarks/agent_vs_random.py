@@ -2,10 +2,16 @@
 
 For each seed: train the PPO agent for ``--updates`` updates, then play ``--episodes`` evaluation episodes with
 the trained agent (argmax actions unless ``--stochastic``), with the random-valid policy (uniform over the valid
-joint actions read from ``op_slot_mask``) and with the static policy (always WAIT), all three from the same
-env reset seed. Reports the mean episode return with a 95% confidence interval over seeds (Student t on the
-per-seed means), plus final validation accuracy and seed parameters, and writes everything as JSON under
-``--out`` with the device named.
+joint actions read from ``op_slot_mask``), with the static policy (always WAIT) and with any ``--extra-arms``
+(``heuristic``, ``grow_<blueprint>``: see ``benchmarks.growth_screen``). Every arm plays on a fresh vector env of
+``--episodes`` sub-envs reset with the same seed, one episode per sub-env: sub-env ``i`` trains the same host
+initialisation on the same data order in every arm, so the arms are paired.
+
+Reports, per arm, the mean episode return with a 95% confidence interval over seeds (Student t on the per-seed
+means), final validation accuracy and seed parameters; and the *paired* margin of the agent over every other
+arm: the per-seed difference of episode means (agent - arm), with a Student-t 95% CI over seeds, plus the
+pooled per-episode paired difference for reference (episodes of one seed are not independent of the agent's
+training). Writes everything as JSON under ``--out`` with the device named.
 
     python -m benchmarks.agent_vs_random --updates 40 --seeds 0 1 2 --num-envs 8 --device cuda
     python -m benchmarks.agent_vs_random --updates 1 --seeds 0 1 2 --num-envs 2 --episodes 2 \\
@@ -25,9 +31,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from esper_agent.baselines import RandomValidActor, StaticActor
+from benchmarks.growth_screen import make_actor
+from esper_agent.baselines import Actor
 from esper_agent.collect import rollout_seed
 from esper_agent.config import AgentConfig
+from esper_agent.envs import VectorEnvDriver
 from esper_agent.evaluate import PolicyActor, mean_ci95, run_episodes
 from esper_agent.train import make_envs
 from esper_agent.trainer import Trainer
@@ -41,15 +49,24 @@ def device_name(device: str) -> str:
     return f"cpu ({platform.processor() or platform.machine()})"
 
 
+CURVE_KEYS = ("update", "episode/return_mean", "episode/final_accuracy", "episode/seed_params", "ppo/kl",
+              "loss/entropy", "actions/op_wait", "actions/op_germinate", "actions/op_prune", "actions/op_fossilize")
+
+
 def evaluate_arms(trainer: Trainer, args: argparse.Namespace, seed: int) -> dict[str, list[dict[str, Any]]]:
-    arms = {"agent": PolicyActor(trainer.policy, trainer.obs_norm, deterministic=not args.stochastic, seed=seed),
-            "random": RandomValidActor(trainer.driver.head_sizes, seed=seed), "static": StaticActor()}
-    eval_seed = rollout_seed(seed + EVAL_SEED_OFFSET, 0)
-    results = {}
-    for name, actor in arms.items():
-        records = run_episodes(trainer.driver, actor, args.episodes, eval_seed)
-        results[name] = [r._asdict() for r in records]
-    return results
+    """Every arm's ``--episodes`` episodes, one per sub-env of a fresh env, all from the same reset seed."""
+    envs = make_envs(args.env, args.episodes, args.env_kwargs)
+    try:
+        driver = VectorEnvDriver(envs)
+        arms: dict[str, Actor] = {
+            "agent": PolicyActor(trainer.policy, trainer.obs_norm, deterministic=not args.stochastic, seed=seed)}
+        for name in ("random", "static", *args.extra_arms):
+            arms[name] = make_actor(name, driver, seed)
+        eval_seed = rollout_seed(seed + EVAL_SEED_OFFSET, 0)
+        return {name: [r._asdict() for r in run_episodes(driver, actor, args.episodes, eval_seed)]
+                for name, actor in arms.items()}
+    finally:
+        envs.close()
 
 
 def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
@@ -59,25 +76,61 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         config = AgentConfig(**({"rollout_steps": length} | args.agent_config))
         trainer = Trainer(envs, config, device=args.device, seed=seed, total_updates=args.updates)
         start = time.perf_counter()
-        history = [{k: v for k, v in m.items() if isinstance(v, int | float)} for m in trainer.train()]
+        history = []
+        for metrics in trainer.train():
+            history.append({k: v for k, v in metrics.items() if isinstance(v, int | float)})
+            if args.progress:
+                print(f"seed {seed} update {metrics['update']}: " + ", ".join(
+                    f"{k.split('/')[-1]} {metrics.get(k, math.nan):.4f}" for k in CURVE_KEYS[1:]), flush=True)
         trained = time.perf_counter()
         arms = evaluate_arms(trainer, args, seed)
         return {"seed": seed, "train_seconds": trained - start, "eval_seconds": time.perf_counter() - trained,
-                "training_curve": [{k: h.get(k) for k in ("update", "episode/return_mean", "ppo/kl")}
-                                   for h in history], "arms": arms, "config": config.to_dict()}
+                "training_curve": [{k: h.get(k) for k in CURVE_KEYS} for h in history], "arms": arms,
+                "config": config.to_dict()}
     finally:
         envs.close()
 
 
+STATS = ("episode_return", "final_accuracy", "seed_params")
+
+
+def _episode_mean(episodes: list[dict[str, Any]], key: str) -> float:
+    values = [e[key] for e in episodes if e[key] is not None and math.isfinite(e[key])]
+    return float(np.mean(values)) if values else math.nan
+
+
 def summarize(per_seed: list[dict[str, Any]]) -> dict[str, dict[str, list[float]]]:
     """Per arm and statistic: [mean over seeds, 95% CI half-width] of the per-seed episode means."""
-    out: dict[str, dict[str, list[float]]] = {}
-    for arm in per_seed[0]["arms"]:
+    return {arm: {key: list(mean_ci95([_episode_mean(s["arms"][arm], key) for s in per_seed])) for key in STATS}
+            for arm in per_seed[0]["arms"]}
+
+
+def _paired_episodes(agent: list[dict[str, Any]], other: list[dict[str, Any]], key: str) -> list[float]:
+    """agent - other per episode, matched by (sub-env, order of completion)."""
+    def keyed(episodes: list[dict[str, Any]]) -> dict[tuple[int, int], float]:
+        seen: dict[int, int] = {}
+        out = {}
+        for e in episodes:
+            seen[e["env"]] = seen.get(e["env"], -1) + 1
+            out[(e["env"], seen[e["env"]])] = e[key]
+        return out
+    a, b = keyed(agent), keyed(other)
+    return [a[k] - b[k] for k in sorted(a.keys() & b.keys())]
+
+
+def paired_margins(per_seed: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Agent minus each other arm, per statistic: the per-seed differences of episode means with their mean and
+    Student-t 95% CI over seeds (``by_seed``), and the pooled per-episode paired differences (``by_episode``)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for arm in [a for a in per_seed[0]["arms"] if a != "agent"]:
         out[arm] = {}
-        for key in ("episode_return", "final_accuracy", "seed_params"):
-            seed_means = [float(np.nanmean([e[key] for e in s["arms"][arm]])) if any(
-                math.isfinite(e[key]) for e in s["arms"][arm]) else math.nan for s in per_seed]
-            out[arm][key] = list(mean_ci95(seed_means))
+        for key in STATS:
+            diffs = [_episode_mean(s["arms"]["agent"], key) - _episode_mean(s["arms"][arm], key) for s in per_seed]
+            pooled = [d for s in per_seed for d in _paired_episodes(s["arms"]["agent"], s["arms"][arm], key)]
+            mean, half = mean_ci95(diffs)
+            out[arm][key] = {"per_seed": diffs, "by_seed": [mean, half], "by_episode": list(mean_ci95(pooled)),
+                             "ci95_low": mean - half, "ci95_high": mean + half,
+                             "seeds_agent_better": int(sum(d > 0 for d in diffs))}
     return out
 
 
@@ -89,6 +142,17 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_json_safe(v) for v in value]
     return value
+
+
+def print_margins(margins: dict[str, dict[str, dict[str, Any]]]) -> None:
+    print("\n| agent − arm (paired) | return: mean ± 95% CI over seeds | seeds agent better | per episode |"
+          "\n|---|---|---|---|")
+    for arm, stats in margins.items():
+        r = stats["episode_return"]
+        mean, half = r["by_seed"]
+        pooled = r["by_episode"]
+        print(f"| agent − {arm} | {mean:+.4f} ± {half:.4f} | {r['seeds_agent_better']}/{len(r['per_seed'])} | "
+              f"{pooled[0]:+.4f} ± {pooled[1]:.4f} |")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,6 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=16, help="evaluation episodes per arm and seed (count)")
     p.add_argument("--device", default="auto", help="agent device: cpu, cuda or auto")
     p.add_argument("--stochastic", action="store_true", help="evaluate the agent with sampled actions")
+    p.add_argument("--extra-arms", nargs="*", default=[], help="more arms to evaluate: heuristic, grow_<blueprint>")
+    p.add_argument("--progress", action="store_true", help="print each update's training metrics")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results", help="output folder")
     return p
 
@@ -113,13 +180,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         raise SystemExit(f"--seeds needs at least 3 seeds for a confidence interval; got {args.seeds}")
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
-    per_seed = [run_seed(args, seed) for seed in args.seeds]
-    summary = summarize(per_seed)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    start = time.perf_counter()
+    per_seed = []
+    for seed in args.seeds:
+        per_seed.append(run_seed(args, seed))
+        print(f"seed {seed}: trained in {per_seed[-1]['train_seconds']:.0f} s", flush=True)
+    summary, margins = summarize(per_seed), paired_margins(per_seed)
     report = {"benchmark": "agent_vs_random", "env": args.env, "env_kwargs": args.env_kwargs,
               "num_envs": args.num_envs, "updates": args.updates, "episodes": args.episodes, "seeds": args.seeds,
               "agent_deterministic": not args.stochastic, "device": args.device,
               "device_name": device_name(args.device), "torch": torch.__version__,
-              "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "summary": summary, "per_seed": per_seed}
+              "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "wall_seconds": time.perf_counter() - start,
+              "summary": summary, "paired_margin_of_agent": margins, "per_seed": per_seed}
     args.out.mkdir(parents=True, exist_ok=True)
     name = f"agent_vs_random_{args.env.split(':')[-1]}_{args.device.split(':')[0]}_{time.strftime('%Y%m%d-%H%M%S')}"
     path = args.out / f"{name}.json"
@@ -130,6 +204,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for arm, stats in summary.items():
         cells = [f"{m:+.4f} ± {h:.4f}" if math.isfinite(h) else f"{m:+.4f}" for m, h in stats.values()]
         print(f"| {arm} | " + " | ".join(cells) + " |")
+    print_margins(margins)
     print(f"written to {path}")
     return report
 

@@ -1,0 +1,246 @@
+"""Does growing pay? Play fixed policies on candidate Esper configs, paired by env seed, without any training.
+
+For each named config (``CONFIGS``, or ``--config NAME=JSON`` for your own) every arm plays the same episodes:
+one vector env with ``--episodes`` sub-envs is reset once per arm with the same seed, so sub-env ``i`` trains a
+host from the same initialisation and data order in every arm and each sub-env's first episode is one paired
+sample. Arms:
+
+- ``static``: always WAIT (the host alone);
+- ``random``: uniform over the valid joint actions (``esper_agent.baselines.RandomValidActor``);
+- ``heuristic``: ``esper_agent.heuristic.HeuristicActor`` with its defaults;
+- ``grow_<blueprint>``: scripted growth: FOSSILIZE whenever the mask allows it, else GERMINATE ``<blueprint>``
+  (linear blend, fastest tempo) into the first free slot, from the first epoch on, else WAIT.
+
+Reported per arm: mean episode return and final validation accuracy, and the paired difference to ``static``
+and to the best growth arm (mean over episodes with a Student-t 95% CI). JSON goes under ``--out``, one file per
+run, named with the device.
+
+    python -m benchmarks.growth_screen --configs d2w16 --episodes 8 --arms static random heuristic \\
+        grow_conv_heavy grow_conv_light grow_conv_small grow_depthwise grow_bottleneck      # ~3 min, 1 CPU thread
+    python -m benchmarks.growth_screen --summarize benchmarks/results/growth_screen      # rebuild summary.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from esper_agent.baselines import Actor, RandomValidActor, StaticActor
+from esper_agent.distributions import ActionMasks
+from esper_agent.envs import VectorEnvDriver
+from esper_agent.evaluate import run_episodes
+from esper_agent.heuristic import HeuristicActor
+from esper_agent.report import mean_ci95
+from esper_agent.train import make_envs
+from esper_env.spaces import BLUEPRINT_NAMES, Head, Op
+
+ENV_ID = "Esper-Synthetic-v0"
+OUT = Path(__file__).resolve().parent / "results" / "growth_screen"
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    # the last agent_vs_random measurement: batch 512 on 2048 images = 4 SGD steps per epoch, 40 per episode
+    "default": {"max_epochs": 10},
+    # 8x more SGD steps at the default peak lr 0.6 (too high for batch 64: the host trains badly)
+    "b64": {"max_epochs": 10, "batch_size": 64},
+    # the default 3-block host with a learning rate that suits batch 64
+    "ref_lr02": {"max_epochs": 10, "batch_size": 64, "host_widths": [8, 16, 32], "host_lr": 0.2},
+    # narrower 3-block hosts, where a seed is a large fraction of the model
+    "narrow": {"max_epochs": 10, "batch_size": 64, "host_widths": [4, 8, 16], "host_lr": 0.2},
+    "tiny": {"max_epochs": 10, "batch_size": 64, "host_widths": [2, 4, 8], "host_lr": 0.2},
+    "tiny_fast": {"max_epochs": 10, "batch_size": 64, "host_widths": [2, 4, 8], "host_lr": 0.2,
+                  "min_training_epochs": 1, "one_seed_incubating": False},
+    # shallower hosts: a seed adds depth, the one thing a seed can add (it keeps the slot's width)
+    "d1w16": {"max_epochs": 10, "batch_size": 64, "host_widths": [16], "host_lr": 0.2},
+    "d2w8": {"max_epochs": 10, "batch_size": 64, "host_widths": [8, 16], "host_lr": 0.2},
+    "d2w16": {"max_epochs": 10, "batch_size": 64, "host_widths": [16, 32], "host_lr": 0.2},
+    "d2w16_t1024": {"max_epochs": 10, "batch_size": 32, "host_widths": [16, 32], "host_lr": 0.2,
+                    "synthetic_train_size": 1024},
+}
+"""Candidate Esper-Synthetic-v0 configs (env kwargs; ``device`` is added from ``--device``)."""
+
+DEFAULT_ARMS = ("static", "random", "heuristic", "grow_conv_heavy", "grow_conv_light")
+
+
+class ScriptedGrowthActor:
+    """FOSSILIZE the first slot that may be fossilized; else GERMINATE ``blueprint`` into the first slot that
+    may germinate (linear blend at the fastest tempo); else WAIT. Reads only the masks."""
+
+    def __init__(self, blueprint: str, blend: int = 0, tempo: int = 0) -> None:
+        self.blueprint = BLUEPRINT_NAMES.index(blueprint)
+        self.blend, self.tempo = blend, tempo
+
+    def reset(self, num_envs: int) -> None:
+        del num_envs
+
+    def _one(self, op_slot: np.ndarray) -> np.ndarray:
+        action = np.zeros(len(Head), np.int64)
+        for op in (Op.FOSSILIZE, Op.GERMINATE):
+            slots = np.flatnonzero(op_slot[op])
+            if slots.size:
+                action[Head.OP], action[Head.SLOT] = op, slots[0]
+                break
+        if action[Head.OP] == Op.GERMINATE:
+            action[Head.BLUEPRINT], action[Head.BLEND], action[Head.TEMPO] = self.blueprint, self.blend, self.tempo
+        return action
+
+    def act(self, obs: np.ndarray, masks: ActionMasks, episode_start: np.ndarray) -> np.ndarray:
+        del episode_start
+        op_slot = np.asarray(masks.op_slot)
+        return np.stack([self._one(op_slot[i]) for i in range(obs.shape[0])])
+
+
+def make_actor(arm: str, driver: VectorEnvDriver, seed: int) -> Actor:
+    """The actor of an arm name (see the module docstring)."""
+    if arm == "static":
+        return StaticActor()
+    if arm == "random":
+        return RandomValidActor(driver.head_sizes, seed=seed)
+    if arm == "heuristic":
+        return HeuristicActor(driver.num_slots)
+    if arm.startswith("grow_") and arm.removeprefix("grow_") in BLUEPRINT_NAMES:
+        return ScriptedGrowthActor(arm.removeprefix("grow_"))
+    raise ValueError(f"unknown arm {arm!r}; expected static, random, heuristic or grow_<one of {BLUEPRINT_NAMES}>")
+
+
+def play_arms(kwargs: dict[str, Any], arms: list[str], episodes: int, seed: int) -> dict[str, list[dict]]:
+    """Each arm's episodes, one per sub-env, all arms from the same reset seed (paired by sub-env index)."""
+    envs = make_envs(ENV_ID, episodes, kwargs)
+    try:
+        driver = VectorEnvDriver(envs)
+        out = {}
+        for arm in arms:
+            records = run_episodes(driver, make_actor(arm, driver, seed), episodes, seed)
+            out[arm] = [r._asdict() for r in records]
+        return out
+    finally:
+        envs.close()
+
+
+def paired(a: list[dict], b: list[dict], key: str) -> list[float]:
+    """Mean and 95% CI half-width of ``a - b`` per paired episode (matched by sub-env index)."""
+    by_env = {e["env"]: e[key] for e in b}
+    return list(mean_ci95([e[key] - by_env[e["env"]] for e in a]))
+
+
+def summarize(results: dict[str, list[dict]]) -> dict[str, dict[str, Any]]:
+    """Per arm: means with CIs, paired differences to static and to the best growth arm (by return)."""
+    growth = [arm for arm in results if arm not in ("static", "random")]
+    best = max(growth, key=lambda arm: np.mean([e["episode_return"] for e in results[arm]]), default=None)
+    summary: dict[str, dict[str, Any]] = {}
+    for arm, episodes in results.items():
+        row: dict[str, Any] = {key: list(mean_ci95([e[key] for e in episodes]))
+                               for key in ("episode_return", "final_accuracy", "seed_params")}
+        row["rollbacks"] = int(sum(e["rollback"] for e in episodes))
+        if "static" in results:
+            row["return_minus_static"] = paired(episodes, results["static"], "episode_return")
+            row["accuracy_minus_static"] = paired(episodes, results["static"], "final_accuracy")
+        if best is not None:
+            row["best_growth_arm"] = best
+            row["return_minus_best_growth"] = paired(episodes, results[best], "episode_return")
+        summary[arm] = row
+    return summary
+
+
+def _cell(pair: list[float], scale: float = 1.0) -> str:
+    mean, half = pair
+    return f"{scale * mean:+.2f} ± {scale * half:.2f}" if math.isfinite(half) else f"{scale * mean:+.2f}"
+
+
+def table(name: str, summary: dict[str, dict[str, Any]]) -> str:
+    """Markdown: one row per arm; returns and accuracies in percentage points."""
+    lines = [f"### {name}", "", "| arm | return (pp) | final acc (%) | seed params | return − static (paired) | "
+             "acc − static (paired) | return − best growth (paired) |", "|---|---|---|---|---|---|---|"]
+    for arm, row in summary.items():
+        cells = [_cell(row["episode_return"], 100), _cell(row["final_accuracy"], 100),
+                 f"{row['seed_params'][0]:.0f}", _cell(row.get("return_minus_static", [math.nan] * 2), 100),
+                 _cell(row.get("accuracy_minus_static", [math.nan] * 2), 100),
+                 _cell(row.get("return_minus_best_growth", [math.nan] * 2), 100)]
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def parse_config(text: str) -> tuple[str, dict[str, Any]]:
+    """``NAME`` (one of ``CONFIGS``) or ``NAME=JSON`` (env kwargs)."""
+    name, _, body = text.partition("=")
+    if body:
+        return name, json.loads(body)
+    if name not in CONFIGS:
+        raise SystemExit(f"unknown config {name!r}; expected one of {sorted(CONFIGS)} or NAME=JSON")
+    return name, CONFIGS[name]
+
+
+def write_summary(folder: Path) -> Path:
+    """``summary.md`` in ``folder``: the tables of every config in every ``growth_screen_*.json`` there (a config
+    screened twice: the later file wins), from the stored episodes."""
+    configs: dict[str, dict[str, Any]] = {}
+    for path in sorted(folder.glob("growth_screen_*.json")):
+        report = json.loads(path.read_text())
+        for name, entry in report["configs"].items():
+            configs[name] = entry | {"file": path.name, "episodes_per_arm": report["episodes"]}
+    parts = [f"# Growth screen ({ENV_ID}, paired episodes; pp = percentage points, ± = 95% CI)\n"]
+    for name, entry in configs.items():
+        kwargs, count = json.dumps(entry["env_kwargs"]), entry["episodes_per_arm"]
+        title = f"{name} {kwargs}: {count} paired episodes ({entry['file']})"
+        parts.append(table(title, summarize(entry["episodes"])))
+    out = folder / "summary.md"
+    out.write_text("\n".join(parts))
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.growth_screen", description=__doc__.split("\n\n")[0])
+    p.add_argument("--configs", nargs="+", default=["default"], help="names in CONFIGS or NAME=JSON env kwargs")
+    p.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), help="static, random, heuristic, grow_<bp>")
+    p.add_argument("--episodes", type=int, default=8, help="paired episodes = sub-envs (count, >= 2)")
+    p.add_argument("--seed", type=int, default=0, help="env reset seed (sub-env i gets seed + i)")
+    p.add_argument("--device", default="cpu", help="env device")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--out", type=Path, default=OUT, help="output folder")
+    p.add_argument("--summarize", type=Path, default=None, help="only rebuild summary.md of this results folder")
+    return p
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = build_parser().parse_args(argv)
+    if args.summarize is not None:
+        print(f"written to {write_summary(args.summarize)}")
+        return {}
+    torch.set_num_threads(args.threads)
+    report: dict[str, Any] = {"benchmark": "growth_screen", "env": ENV_ID, "episodes": args.episodes,
+                              "seed": args.seed, "device": args.device, "torch": torch.__version__,
+                              "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "configs": {}}
+    for text in args.configs:
+        name, kwargs = parse_config(text)
+        start = time.perf_counter()
+        results = play_arms(kwargs | {"device": args.device}, args.arms, args.episodes, args.seed)
+        summary = summarize(results)
+        report["configs"][name] = {"env_kwargs": kwargs, "seconds": time.perf_counter() - start,
+                                   "summary": summary, "episodes": results}
+        print(table(f"{name} {json.dumps(kwargs)} ({time.perf_counter() - start:.0f} s)", summary), flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = args.out / f"growth_screen_{args.device.split(':')[0]}_{stamp}.json"
+    path.write_text(json.dumps(_json_safe(report), indent=2) + "\n")
+    print(f"written to {path}")
+    return report
+
+
+if __name__ == "__main__":
+    main()

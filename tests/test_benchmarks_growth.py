@@ -1,0 +1,47 @@
+"""Smoke test of benchmarks/growth_screen.py with a tiny budget on CPU."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks import growth_screen
+from esper_agent.distributions import ActionMasks
+from esper_env.spaces import BLUEPRINT_NAMES, Head, Op
+
+TINY = {"max_epochs": 4, "min_training_epochs": 0, "synthetic_train_size": 128, "synthetic_val_size": 64,
+        "synthetic_test_size": 64, "batch_size": 64}
+
+
+def test_screen_pairs_arms_and_writes_json(tmp_path):
+    torch.set_num_threads(1)
+    report = growth_screen.main(["--configs", f"tiny={json.dumps(TINY)}", "--arms", "static", "random",
+                                 "grow_conv_light", "--episodes", "2", "--out", str(tmp_path)])
+    summary = report["configs"]["tiny"]["summary"]
+    assert summary["static"]["return_minus_static"][0] == 0.0
+    assert summary["grow_conv_light"]["seed_params"][0] > 0  # it planted from the first epoch
+    assert summary["random"]["best_growth_arm"] == "grow_conv_light"
+    written = json.loads(next(tmp_path.glob("growth_screen_cpu_*.json")).read_text())
+    assert len(written["configs"]["tiny"]["episodes"]["static"]) == 2
+
+
+def test_scripted_growth_fossilizes_before_it_germinates():
+    op_slot = np.zeros((2, len(Op), 3), bool)
+    op_slot[:, Op.WAIT] = True
+    op_slot[0, Op.GERMINATE, 1:] = True
+    op_slot[1, Op.GERMINATE, 2] = op_slot[1, Op.FOSSILIZE, 0] = True
+    masks = ActionMasks(flat=np.ones((2, 1), bool), op_slot=op_slot)
+    actions = growth_screen.ScriptedGrowthActor("conv_heavy").act(np.zeros((2, 4)), masks, np.ones(2, bool))
+    assert actions[0, Head.OP] == Op.GERMINATE and actions[0, Head.SLOT] == 1
+    assert actions[0, Head.BLUEPRINT] == BLUEPRINT_NAMES.index("conv_heavy")
+    assert actions[1, Head.OP] == Op.FOSSILIZE and actions[1, Head.SLOT] == 0
+
+
+def test_unknown_arm_and_config_are_refused():
+    with pytest.raises(ValueError, match="unknown arm"):
+        growth_screen.make_actor("grow_tree", None, 0)  # type: ignore[arg-type]
+    with pytest.raises(SystemExit, match="unknown config"):
+        growth_screen.parse_config("nope")
