@@ -60,6 +60,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "d1w16": {"max_epochs": 10, "batch_size": 64, "host_widths": [16], "host_lr": 0.2},
     "d2w8": {"max_epochs": 10, "batch_size": 64, "host_widths": [8, 16], "host_lr": 0.2},
     "d2w16": {"max_epochs": 10, "batch_size": 64, "host_widths": [16, 32], "host_lr": 0.2},
+    # d2w16, a seed may not be pruned before it is 4 (resp. 8) epochs old: random-valid prunes less
+    "d2w16_prune4": {"max_epochs": 10, "batch_size": 64, "host_widths": [16, 32], "host_lr": 0.2, "min_prune_age": 4},
+    "d2w16_prune8": {"max_epochs": 10, "batch_size": 64, "host_widths": [16, 32], "host_lr": 0.2, "min_prune_age": 8},
     "d2w16_t1024": {"max_epochs": 10, "batch_size": 32, "host_widths": [16, 32], "host_lr": 0.2,
                     "synthetic_train_size": 1024},
 }
