@@ -134,22 +134,25 @@ def graphs_on_streams(num_hosts: int, images: torch.Tensor, labels: torch.Tensor
     device = images.device
     hosts = [HostModel(WIDTHS, ()).to(device, memory_format=torch.channels_last) for _ in range(num_hosts)]
     no_slots = torch.zeros(0, device=device), torch.zeros(2, 0, device=device)
-    inputs = [torch.empty_like(images[0, 0]).contiguous(memory_format=torch.channels_last) for _ in hosts]
-    targets = [torch.empty_like(labels[0, 0]) for _ in hosts]
+    inputs = [torch.zeros_like(images[0, 0]).contiguous(memory_format=torch.channels_last) for _ in hosts]
+    targets = [torch.zeros_like(labels[0, 0]) for _ in hosts]
     streams = [torch.cuda.Stream(device) for _ in hosts]
     # The steps hold the optimizers (momentum buffers): they must live as long as the graphs that replay them.
     steps = [_training_step(host, _sgd(list(host.parameters())), lambda h=host, x=x: h(x, *no_slots), y)
              for host, x, y in zip(hosts, inputs, targets, strict=True)]
     graphs = [_capture(step, stream) for step, stream in zip(steps, streams, strict=True)]
 
+    for stream in streams:  # the data was made on the default stream
+        stream.wait_stream(torch.cuda.current_stream())
+
     def run_batch(index: int) -> None:
+        # No joins between hosts (that would serialise the streams): each stream owns its host's buffers, and
+        # _time's synchronize is the only join.
         for k, (graph, stream) in enumerate(zip(graphs, streams, strict=True)):
-            stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
                 inputs[k].copy_(images[index, k])
                 targets[k].copy_(labels[index, k])
                 graph.replay()
-            torch.cuda.current_stream().wait_stream(stream)
 
     return images.shape[:3].numel() / _time(run_batch, images.shape[0], repeats)
 
@@ -158,8 +161,8 @@ def grouped(num_hosts: int, images: torch.Tensor, labels: torch.Tensor, repeats:
     """Images/s of K hosts as one :class:`GroupedHost`, eager or as one CUDA graph."""
     device = images.device
     model = GroupedHost(num_hosts).to(device, memory_format=torch.channels_last)
-    x = torch.empty_like(interleave(images[0])).contiguous(memory_format=torch.channels_last)
-    y = torch.empty_like(labels[0].T)  # (B, K), matching the logits' (B, K, 10)
+    x = torch.zeros_like(interleave(images[0])).contiguous(memory_format=torch.channels_last)
+    y = torch.zeros_like(labels[0].T)  # (B, K), matching the logits' (B, K, 10)
     step = _training_step(model, _sgd(list(model.parameters())), lambda: model(x), y)
     replay = _capture(step, torch.cuda.Stream(device)).replay if graph else step
 

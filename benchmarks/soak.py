@@ -218,9 +218,11 @@ class MemoryProbe:
             if self.on_sample is not None:
                 self.on_sample()
 
-    def report(self) -> dict[str, Any]:
-        self._next = 0.0  # a last sample at the end of the run
+    def sample_now(self) -> None:
+        self._next = 0.0
         self.poll()
+
+    def report(self) -> dict[str, Any]:
         mib = 2**20
         out: dict[str, Any] = {"host_rss_start_mib": self.rss_start / mib,
                                "host_rss_end_mib": current_rss_bytes() / mib,
@@ -304,6 +306,7 @@ def soak(args: argparse.Namespace, partial_path: Path | None = None) -> dict[str
                                                | {"partial": True, "memory_samples": probe.samples})
     run = run_agent if args.policy == "agent" else run_actor
     extra = run(envs, args, start + 60.0 * args.minutes, probe)
+    probe.sample_now()  # the last sample while the env and the agent still exist
     envs.close()
     head = report_head(args, kwargs, envs.counts, start)
     failures = {"fault_mismatches": head["missed_count"], "nonfinite_observations": head["nonfinite_observations"],
