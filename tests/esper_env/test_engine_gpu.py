@@ -16,7 +16,10 @@ KWARGS = {
     "device": "cuda", "synthetic_train_size": 4096, "synthetic_val_size": 1024, "synthetic_image_size": 32,
     "max_epochs": 14, "batch_size": 256, "fossilize_min_contribution": -100.0,
 }
-ACCURACY_TOLERANCE = 0.03  # bf16 kernels may differ between eager and graph runs; the trajectories then drift
+ACCURACY_TOLERANCE = 0.03
+"""The documented GPU tolerance on validation accuracy, between eager and graph runs and between two runs of the
+same seed: cuDNN's autotuner may pick other kernels per process and bf16 reductions are not bit-reproducible, so
+trajectories drift apart a little; lifecycle stages, alphas and masks must still agree exactly."""
 
 
 def _episode(execution: str, num_envs: int = 3) -> list[dict]:
@@ -35,21 +38,35 @@ def _episode(execution: str, num_envs: int = 3) -> list[dict]:
     return trace, captures
 
 
+def _largest_accuracy_difference(a: list[dict], b: list[dict]) -> float:
+    """Check that two traces agree on everything but accuracy; return their largest accuracy difference."""
+    worst = 0.0
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x["stage"], y["stage"])
+        np.testing.assert_array_equal(x["op_slot"], y["op_slot"])
+        np.testing.assert_allclose(x["alpha"], y["alpha"])
+        assert (x["term"] == y["term"]).all() and (x["trunc"] == y["trunc"]).all()
+        worst = max(worst, float(np.abs(x["acc"] - y["acc"]).max()))
+    return worst
+
+
 def test_graph_engine_matches_eager_on_the_gpu():
     eager, eager_captures = _episode("eager")
     graph, graph_captures = _episode("graph")
     assert eager_captures == 0 and graph_captures > 0
-    worst = 0.0
-    for e, g in zip(eager, graph, strict=True):
-        np.testing.assert_array_equal(e["stage"], g["stage"])
-        np.testing.assert_array_equal(e["op_slot"], g["op_slot"])
-        np.testing.assert_allclose(e["alpha"], g["alpha"])
-        assert (e["term"] == g["term"]).all() and (e["trunc"] == g["trunc"]).all()
-        worst = max(worst, float(np.abs(e["acc"] - g["acc"]).max()))
+    worst = _largest_accuracy_difference(eager, graph)
     print(f"largest validation-accuracy difference eager vs graph: {worst:.4f} "
           f"(final eager {eager[-1]['acc'].round(4)}, graph {graph[-1]['acc'].round(4)})")
     assert worst <= ACCURACY_TOLERANCE
     assert min(eager[-1]["acc"].min(), graph[-1]["acc"].min()) > 0.3  # both learned
+
+
+def test_same_seed_same_trajectory_on_the_gpu_within_the_tolerance():
+    first, _ = _episode("graph")
+    second, _ = _episode("graph")
+    worst = _largest_accuracy_difference(first, second)
+    print(f"largest validation-accuracy difference between two runs of seed 7: {worst:.4f}")
+    assert worst <= ACCURACY_TOLERANCE
 
 
 def test_cuda_graph_engine_keeps_device_memory_flat():
