@@ -21,10 +21,13 @@ training). Writes everything as JSON under ``--out`` with the device named.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
+import multiprocessing
 import platform
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +158,23 @@ def print_margins(margins: dict[str, dict[str, dict[str, Any]]]) -> None:
               f"{pooled[0]:+.4f} ± {pooled[1]:.4f} |")
 
 
+def train_seeds(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every seed's training and evaluation, ``--jobs`` seeds at a time (separate processes; results in seed order)."""
+    if args.jobs <= 1:
+        results = []
+        for seed in args.seeds:
+            results.append(run_seed(args, seed))
+            print(f"seed {seed}: trained in {results[-1]['train_seconds']:.0f} s", flush=True)
+        return results
+    # spawn, not fork: a forked child inherits the parent's OpenMP thread pool state and can hang in it.
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=torch.set_num_threads, initargs=(args.threads or 1,)) as pool:
+        results = list(pool.map(functools.partial(run_seed, args), args.seeds))
+    for seed, result in zip(args.seeds, results, strict=True):
+        print(f"seed {seed}: trained in {result['train_seconds']:.0f} s", flush=True)
+    return results
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.agent_vs_random", description=__doc__.split("\n\n")[0])
     p.add_argument("--env", default="Esper-Synthetic-v0", help="vector env id ('module:Id' allowed)")
@@ -170,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--extra-arms", nargs="*", default=[], help="more arms to evaluate: heuristic, grow_<blueprint>")
     p.add_argument("--progress", action="store_true", help="print each update's training metrics")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    p.add_argument("--jobs", type=int, default=1, help="seeds trained at once, each in its own process (count)")
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results", help="output folder")
     return p
 
@@ -183,10 +204,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.threads:
         torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    per_seed = []
-    for seed in args.seeds:
-        per_seed.append(run_seed(args, seed))
-        print(f"seed {seed}: trained in {per_seed[-1]['train_seconds']:.0f} s", flush=True)
+    per_seed = train_seeds(args)
     summary, margins = summarize(per_seed), paired_margins(per_seed)
     report = {"benchmark": "agent_vs_random", "env": args.env, "env_kwargs": args.env_kwargs,
               "num_envs": args.num_envs, "updates": args.updates, "episodes": args.episodes, "seeds": args.seeds,
