@@ -16,18 +16,22 @@ training). Writes everything as JSON under ``--out`` with the device named.
     python -m benchmarks.agent_vs_random --updates 40 --seeds 0 1 2 --num-envs 8 --device cuda
     python -m benchmarks.agent_vs_random --updates 1 --seeds 0 1 2 --num-envs 2 --episodes 2 \\
         --env-kwargs '{"max_epochs": 3, "device": "cpu"}' --device cpu        # smoke test
+
+Each finished seed is kept in ``<out>/agent_vs_random_slices/<hash of the settings>/seed<k>.json`` as soon as it
+is done, and a rerun of the same settings reuses it: a campaign is run in parts (``--seeds`` of a part), and a
+killed run loses only its unfinished seeds. ``--jobs N`` trains N seeds at once in separate processes.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
+import hashlib
 import json
 import math
 import multiprocessing
 import platform
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -158,21 +162,47 @@ def print_margins(margins: dict[str, dict[str, dict[str, Any]]]) -> None:
               f"{pooled[0]:+.4f} ± {pooled[1]:.4f} |")
 
 
+SLICE_KEYS = ("env", "env_kwargs", "agent_config", "num_envs", "updates", "episodes", "stochastic", "extra_arms",
+              "device")
+
+
+def slice_folder(args: argparse.Namespace) -> Path:
+    """Where finished seeds are kept: one folder per experiment (everything but the seed list), named by a hash."""
+    settings = json.dumps({k: getattr(args, k) for k in SLICE_KEYS}, sort_keys=True)
+    return args.out / "agent_vs_random_slices" / hashlib.sha1(settings.encode()).hexdigest()[:12]
+
+
+def _finish(folder: Path, seed: int, result: dict[str, Any]) -> dict[str, Any]:
+    folder.mkdir(parents=True, exist_ok=True)
+    temp = folder / f"seed{seed}.json.tmp"
+    temp.write_text(json.dumps(_json_safe(result)) + "\n")
+    temp.replace(folder / f"seed{seed}.json")
+    print(f"seed {seed}: trained in {result['train_seconds']:.0f} s; kept in {folder}", flush=True)
+    return result
+
+
 def train_seeds(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Every seed's training and evaluation, ``--jobs`` seeds at a time (separate processes; results in seed order)."""
+    """Every seed's training and evaluation, ``--jobs`` seeds at a time (separate processes), in seed order.
+
+    Each finished seed is written to :func:`slice_folder` at once, and a later run of the same experiment reuses
+    it: a campaign longer than one sitting is run in parts, and a killed run loses only its unfinished seeds.
+    """
+    folder = slice_folder(args)
+    done = {seed: json.loads((folder / f"seed{seed}.json").read_text())
+            for seed in args.seeds if (folder / f"seed{seed}.json").exists()}
+    todo = [seed for seed in args.seeds if seed not in done]
+    if done:
+        print(f"seeds {sorted(done)} reused from {folder}", flush=True)
     if args.jobs <= 1:
-        results = []
-        for seed in args.seeds:
-            results.append(run_seed(args, seed))
-            print(f"seed {seed}: trained in {results[-1]['train_seconds']:.0f} s", flush=True)
-        return results
+        done |= {seed: _finish(folder, seed, run_seed(args, seed)) for seed in todo}
+        return [done[seed] for seed in args.seeds]
     # spawn, not fork: a forked child inherits the parent's OpenMP thread pool state and can hang in it.
     with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn"),
                              initializer=torch.set_num_threads, initargs=(args.threads or 1,)) as pool:
-        results = list(pool.map(functools.partial(run_seed, args), args.seeds))
-    for seed, result in zip(args.seeds, results, strict=True):
-        print(f"seed {seed}: trained in {result['train_seconds']:.0f} s", flush=True)
-    return results
+        futures = {pool.submit(run_seed, args, seed): seed for seed in todo}
+        for future in as_completed(futures):
+            done[futures[future]] = _finish(folder, futures[future], future.result())
+    return [done[seed] for seed in args.seeds]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -48,6 +48,34 @@ def test_benchmark_on_the_toy_env(tmp_path: Path) -> None:
     assert written["device_name"] and len(written["per_seed"]) == 3
 
 
+def test_benchmark_keeps_each_seed_and_a_rerun_reuses_them(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    args = ["--env", f"{toy_env.__name__}:{toy_env.ENV_ID}", "--updates", "1", "--seeds", "0", "1", "2",
+            "--num-envs", "2", "--episodes", "2", "--device", "cpu", "--out", str(tmp_path),
+            "--agent-config", json.dumps({"rollout_steps": 8, "hidden_size": 16})]
+    benchmark = load_benchmark()
+    first = benchmark.main(args)
+    assert len(list(tmp_path.glob("agent_vs_random_slices/*/seed*.json"))) == 3
+    capsys.readouterr()
+    second = benchmark.main(args[:8] + ["3"] + args[8:])  # one more seed: three reused, one trained
+    assert "seeds [0, 1, 2] reused" in capsys.readouterr().out
+    assert json.dumps(second["per_seed"][:3]) == json.dumps(benchmark._json_safe(first["per_seed"]))
+    assert len(list(tmp_path.glob("agent_vs_random_slices/*/seed*.json"))) == 4
+
+
+@needs_esper
+def test_benchmark_trains_seeds_in_parallel_processes(tmp_path: Path) -> None:
+    kwargs = {"max_epochs": 2, "device": "cpu", "synthetic_train_size": 128, "synthetic_val_size": 64,
+              "batch_size": 64}
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-m", "benchmarks.agent_vs_random", "--updates", "1", "--seeds", "0",
+                             "1", "2", "--num-envs", "2", "--episodes", "2", "--device", "cpu", "--jobs", "2",
+                             "--threads", "1", "--env-kwargs", json.dumps(kwargs), "--out", str(tmp_path)],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(next(tmp_path.glob("agent_vs_random_*.json")).read_text())
+    assert [s["seed"] for s in report["per_seed"]] == [0, 1, 2]
+
+
 def test_benchmark_refuses_fewer_than_three_seeds(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="at least 3 seeds"):
         load_benchmark().main(["--seeds", "0", "1", "--out", str(tmp_path)])
