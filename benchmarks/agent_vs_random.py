@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.growth_screen import make_actor
+from benchmarks.growth_screen import json_safe, make_actor
 from esper_agent.baselines import Actor
 from esper_agent.collect import rollout_seed
 from esper_agent.config import AgentConfig
@@ -141,16 +141,6 @@ def paired_margins(per_seed: list[dict[str, Any]]) -> dict[str, dict[str, dict[s
     return out
 
 
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def print_margins(margins: dict[str, dict[str, dict[str, Any]]]) -> None:
     print("\n| agent − arm (paired) | return: mean ± 95% CI over seeds | seeds agent better | per episode |"
           "\n|---|---|---|---|")
@@ -175,7 +165,7 @@ def slice_folder(args: argparse.Namespace) -> Path:
 def _finish(folder: Path, seed: int, result: dict[str, Any]) -> dict[str, Any]:
     folder.mkdir(parents=True, exist_ok=True)
     temp = folder / f"seed{seed}.json.tmp"
-    temp.write_text(json.dumps(_json_safe(result)) + "\n")
+    temp.write_text(json.dumps(json_safe(result)) + "\n")
     temp.replace(folder / f"seed{seed}.json")
     print(f"seed {seed}: trained in {result['train_seconds']:.0f} s; kept in {folder}", flush=True)
     return result
@@ -245,7 +235,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args.out.mkdir(parents=True, exist_ok=True)
     name = f"agent_vs_random_{args.env.split(':')[-1]}_{args.device.split(':')[0]}_{time.strftime('%Y%m%d-%H%M%S')}"
     path = args.out / f"{name}.json"
-    path.write_text(json.dumps(_json_safe(report), indent=2) + "\n")
+    path.write_text(json.dumps(json_safe(report), indent=2) + "\n")
     print(f"{args.env}, {args.updates} updates x {args.num_envs} sub-envs, seeds {args.seeds}, "
           f"{args.episodes} episodes per arm and seed, on {report['device_name']}")
     print("| arm | return (mean ± 95% CI over seeds) | final accuracy | seed params |\n|---|---|---|---|")

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.throughput import CIFAR_SHAPED, device_name, env_run
+from benchmarks.throughput import CIFAR_SHAPED, device_name, env_run, write_rows
 from esper_env.host import NUM_CLASSES, HostModel
 
 WIDTHS = (8, 16, 32)
@@ -213,11 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     if not (args.device.startswith("cuda") and torch.cuda.is_available()):
         parser.error(f"--device {args.device!r}: this benchmark compares CUDA execution schemes; it needs a GPU")
     rows = measure(args)
-    tag = rows[0]["device"].split(" (")[0].replace(" ", "-").lower()
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"grouped-{tag}.json").write_text(json.dumps(rows, indent=1))
-    (args.out / f"grouped-{tag}.md").write_text(markdown(rows))
-    print(markdown(rows))
+    write_rows(rows, args.out, "grouped", markdown(rows))
 
 
 if __name__ == "__main__":

@@ -169,13 +169,14 @@ def table(name: str, summary: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
+    """``value`` with NaN and inf as None (strict JSON), through dicts, lists and tuples."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 
@@ -240,7 +241,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = args.out / f"growth_screen_{args.device.split(':')[0]}_{stamp}.json"
-    path.write_text(json.dumps(_json_safe(report), indent=2) + "\n")
+    path.write_text(json.dumps(json_safe(report), indent=2) + "\n")
     print(f"written to {path}")
     return report
 

@@ -15,7 +15,7 @@ GPUs by the env kwarg ``devices=[...]``, one agent on cuda:0.
 
     python -m benchmarks.scaling --nproc 1 2 --env Esper-CIFAR10-Fast-v0 --num-envs 8 --device cuda \\
         --single-process-devices --out benchmarks/results
-    python -m benchmarks.scaling --smoke --out /tmp/scaling   # CPU, gloo, tiny synthetic env: the same code path
+    python -m benchmarks.scaling --smoke --out runs/scaling-smoke   # CPU, gloo, tiny synthetic env: the same code path
 
 Writes ``scaling-<device>.json`` and ``scaling-<device>.md`` (the device named by rank 0) under ``--out``.
 """

@@ -177,11 +177,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tag", default=None, help="file name tag (default: the device name)")
     args = parser.parse_args(argv)
     rows = measure(args)
-    tag = args.tag or rows[0]["device"].split(" (")[0].replace(" ", "-").lower()
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"throughput-{tag}.json").write_text(json.dumps(rows, indent=1))
-    (args.out / f"throughput-{tag}.md").write_text(markdown(rows))
-    print(markdown(rows))
+    write_rows(rows, args.out, "throughput", markdown(rows), args.tag)
+
+
+def write_rows(rows: list[dict], out: Path, name: str, table: str, tag: str | None = None) -> None:
+    """``<out>/<name>-<tag>.json`` (the rows) and ``.md`` (the table); the tag defaults to the device's name."""
+    tag = tag or rows[0]["device"].split(" (")[0].replace(" ", "-").lower()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}-{tag}.json").write_text(json.dumps(rows, indent=1))
+    (out / f"{name}-{tag}.md").write_text(table)
+    print(table)
 
 
 if __name__ == "__main__":

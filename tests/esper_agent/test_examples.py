@@ -58,7 +58,7 @@ def test_benchmark_keeps_each_seed_and_a_rerun_reuses_them(tmp_path: Path, capsy
     capsys.readouterr()
     second = benchmark.main(args[:8] + ["3"] + args[8:])  # one more seed: three reused, one trained
     assert "seeds [0, 1, 2] reused" in capsys.readouterr().out
-    assert json.dumps(second["per_seed"][:3]) == json.dumps(benchmark._json_safe(first["per_seed"]))
+    assert json.dumps(second["per_seed"][:3]) == json.dumps(benchmark.json_safe(first["per_seed"]))
     assert len(list(tmp_path.glob("agent_vs_random_slices/*/seed*.json"))) == 4
 
 
