@@ -29,7 +29,6 @@ import hashlib
 import json
 import math
 import multiprocessing
-import platform
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -38,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.growth_screen import json_safe, make_actor
+from benchmarks.growth_screen import device_name, json_safe, make_actor
 from esper_agent.baselines import Actor
 from esper_agent.collect import rollout_seed
 from esper_agent.config import AgentConfig
@@ -48,12 +47,6 @@ from esper_agent.train import make_envs
 from esper_agent.trainer import Trainer
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation resets never reuse a training reset seed's stream by construction
-
-
-def device_name(device: str) -> str:
-    if device.startswith("cuda") and torch.cuda.is_available():
-        return torch.cuda.get_device_name(torch.device(device))
-    return f"cpu ({platform.processor() or platform.machine()})"
 
 
 CURVE_KEYS = ("update", "episode/return_mean", "episode/final_accuracy", "episode/seed_params", "ppo/kl",

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import platform
 import time
 from pathlib import Path
 from typing import Any
@@ -112,9 +113,10 @@ def make_actor(arm: str, driver: VectorEnvDriver, seed: int) -> Actor:
     raise ValueError(f"unknown arm {arm!r}; expected static, random, heuristic or grow_<one of {BLUEPRINT_NAMES}>")
 
 
-def play_arms(kwargs: dict[str, Any], arms: list[str], episodes: int, seed: int) -> dict[str, list[dict]]:
+def play_arms(kwargs: dict[str, Any], arms: list[str], episodes: int, seed: int, env_id: str = ENV_ID
+              ) -> dict[str, list[dict]]:
     """Each arm's episodes, one per sub-env, all arms from the same reset seed (paired by sub-env index)."""
-    envs = make_envs(ENV_ID, episodes, kwargs)
+    envs = make_envs(env_id, episodes, kwargs)
     try:
         driver = VectorEnvDriver(envs)
         out = {}
@@ -141,9 +143,14 @@ def summarize(results: dict[str, list[dict]]) -> dict[str, dict[str, Any]]:
         row: dict[str, Any] = {key: list(mean_ci95([e[key] for e in episodes]))
                                for key in ("episode_return", "final_accuracy", "seed_params")}
         row["rollbacks"] = int(sum(e["rollback"] for e in episodes))
+        tested = all(e.get("test_accuracy") is not None for e in episodes)
+        if tested:
+            row["test_accuracy"] = list(mean_ci95([e["test_accuracy"] for e in episodes]))
         if "static" in results:
             row["return_minus_static"] = paired(episodes, results["static"], "episode_return")
             row["accuracy_minus_static"] = paired(episodes, results["static"], "final_accuracy")
+            if tested:
+                row["test_minus_static"] = paired(episodes, results["static"], "test_accuracy")
         if best is not None:
             row["best_growth_arm"] = best
             row["return_minus_best_growth"] = paired(episodes, results[best], "episode_return")
@@ -158,13 +165,17 @@ def _cell(pair: list[float], scale: float = 1.0) -> str:
 
 def table(name: str, summary: dict[str, dict[str, Any]]) -> str:
     """Markdown: one row per arm; returns and accuracies in percentage points."""
-    lines = [f"### {name}", "", "| arm | return (pp) | final acc (%) | seed params | return − static (paired) | "
-             "acc − static (paired) | return − best growth (paired) |", "|---|---|---|---|---|---|---|"]
+    lines = [f"### {name}", "", "| arm | return (pp) | final val acc (%) | test acc (%) | seed params | "
+             "return − static (paired) | val acc − static (paired) | test acc − static (paired) | "
+             "return − best growth (paired) |", "|---|---|---|---|---|---|---|---|---|"]
+    missing = [math.nan] * 2
     for arm, row in summary.items():
         cells = [_cell(row["episode_return"], 100), _cell(row["final_accuracy"], 100),
-                 f"{row['seed_params'][0]:.0f}", _cell(row.get("return_minus_static", [math.nan] * 2), 100),
-                 _cell(row.get("accuracy_minus_static", [math.nan] * 2), 100),
-                 _cell(row.get("return_minus_best_growth", [math.nan] * 2), 100)]
+                 _cell(row.get("test_accuracy", missing), 100) if "test_accuracy" in row else "—",
+                 f"{row['seed_params'][0]:.0f}", _cell(row.get("return_minus_static", missing), 100),
+                 _cell(row.get("accuracy_minus_static", missing), 100),
+                 _cell(row["test_minus_static"], 100) if "test_minus_static" in row else "—",
+                 _cell(row.get("return_minus_best_growth", missing), 100)]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -197,19 +208,36 @@ def write_summary(folder: Path) -> Path:
     for path in sorted(folder.glob("growth_screen_*.json")):
         report = json.loads(path.read_text())
         for name, entry in report["configs"].items():
-            configs[name] = entry | {"file": path.name, "episodes_per_arm": report["episodes"]}
-    parts = [f"# Growth screen ({ENV_ID}, paired episodes; pp = percentage points, ± = 95% CI)\n"]
+            env_id = report.get("env", ENV_ID)
+            configs[f"{env_id} {name}"] = entry | {"file": path.name, "episodes_per_arm": report["episodes"],
+                                                   "env_id": env_id, "device": report.get("device", "cpu")}
+    parts = ["# Growth screen (paired episodes; pp = percentage points, ± = 95% CI)\n"]
     for name, entry in configs.items():
         kwargs, count = json.dumps(entry["env_kwargs"]), entry["episodes_per_arm"]
-        title = f"{name} {kwargs}: {count} paired episodes ({entry['file']})"
+        title = f"{name} {kwargs}: {count} paired episodes on {entry['device']} ({entry['file']})"
         parts.append(table(title, summarize(entry["episodes"])))
     out = folder / "summary.md"
     out.write_text("\n".join(parts))
     return out
 
 
+def device_name(device: str) -> str:
+    """The GPU's name for a CUDA device, else ``cpu (<processor>)``."""
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return torch.cuda.get_device_name(torch.device(device))
+    return f"cpu ({platform.processor() or platform.machine()})"
+
+
+def _file_tag(args: argparse.Namespace) -> str:
+    """``cpu`` or the GPU's name (``nvidia-h200``), plus the env when it is not the Synthetic default."""
+    device = device_name(args.device).lower().replace(" ", "-") if args.device.startswith("cuda") else "cpu"
+    env = args.env.split(":")[-1]
+    return device if env == ENV_ID else f"{env}_{device}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.growth_screen", description=__doc__.split("\n\n")[0])
+    p.add_argument("--env", default=ENV_ID, help="vector env id the configs apply to")
     p.add_argument("--configs", nargs="+", default=["default"], help="names in CONFIGS or NAME=JSON env kwargs")
     p.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), help="static, random, heuristic, grow_<bp>")
     p.add_argument("--episodes", type=int, default=8, help="paired episodes = sub-envs (count, >= 2)")
@@ -227,20 +255,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"written to {write_summary(args.summarize)}")
         return {}
     torch.set_num_threads(args.threads)
-    report: dict[str, Any] = {"benchmark": "growth_screen", "env": ENV_ID, "episodes": args.episodes,
-                              "seed": args.seed, "device": args.device, "torch": torch.__version__,
+    report: dict[str, Any] = {"benchmark": "growth_screen", "env": args.env, "episodes": args.episodes,
+                              "seed": args.seed, "device": args.device, "device_name": device_name(args.device),
+                              "torch": torch.__version__,
                               "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "configs": {}}
     for text in args.configs:
         name, kwargs = parse_config(text)
         start = time.perf_counter()
-        results = play_arms(kwargs | {"device": args.device}, args.arms, args.episodes, args.seed)
+        results = play_arms(kwargs | {"device": args.device}, args.arms, args.episodes, args.seed, args.env)
         summary = summarize(results)
         report["configs"][name] = {"env_kwargs": kwargs, "seconds": time.perf_counter() - start,
                                    "summary": summary, "episodes": results}
         print(table(f"{name} {json.dumps(kwargs)} ({time.perf_counter() - start:.0f} s)", summary), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = args.out / f"growth_screen_{args.device.split(':')[0]}_{stamp}.json"
+    path = args.out / f"growth_screen_{_file_tag(args)}_{stamp}.json"
     path.write_text(json.dumps(json_safe(report), indent=2) + "\n")
     print(f"written to {path}")
     return report

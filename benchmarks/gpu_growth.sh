@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# GPU session: where does growing pay, and does the agent learn it?
+#   screen: the growth screen (fixed policies, paired, no training) on real CIFAR-10, Esper-CIFAR10-Fast-v0,
+#           one results file per config: the registered defaults and candidate hosts.
+#   agent:  benchmarks.agent_vs_random on Esper-Synthetic-v0's two-block growth config with the env on the GPU
+#           (the agent on one CPU thread per seed); EXTRA='{"pbrs_weight": 0.05}' adds env kwargs.
+# Usage: ESPER_DATA_DIR=<shards> OUT=<folder> bash benchmarks/gpu_growth.sh screen [CONFIG...]
+#        OUT=<folder> [SEEDS="0 1 2"] [UPDATES=200] [EXTRA='{}'] [AGENT='{}'] bash benchmarks/gpu_growth.sh agent
+set -uo pipefail
+OUT=${OUT:-benchmarks/results}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+ARMS="static random heuristic grow_norm grow_attention grow_depthwise grow_conv_small grow_bottleneck grow_conv_light
+grow_conv_heavy"
+declare -A CONFIGS=(
+  [fast]='{"report_test_accuracy": true}'
+  [fast_d2w16]='{"report_test_accuracy": true, "host_widths": [16, 32]}'
+  [fast_b128]='{"report_test_accuracy": true, "batch_size": 128, "host_lr": 0.3}'
+)
+D2W16='{"max_epochs": 10, "batch_size": 64, "host_widths": [16, 32], "host_lr": 0.2, "device": "cuda"}'
+case ${1:-screen} in
+  screen)
+    : "${ESPER_DATA_DIR:?set ESPER_DATA_DIR to the folder with the CIFAR-10 shards}"
+    shift
+    for name in "${@:-fast}"; do
+      python3 -m benchmarks.growth_screen --env Esper-CIFAR10-Fast-v0 --device cuda --episodes 16 --arms $ARMS \
+        --out "$OUT" --configs "$name=${CONFIGS[$name]}"
+    done ;;
+  agent)
+    kwargs=$(python3 -c "import json, sys; print(json.dumps(json.loads(sys.argv[1]) | json.loads(sys.argv[2])))" \
+      "$D2W16" "${EXTRA:-{\}}")
+    python3 -m benchmarks.agent_vs_random --updates "${UPDATES:-200}" --seeds ${SEEDS:-0 1 2} --jobs 3 --threads 1 \
+      --num-envs 8 --episodes 8 --device cpu --progress --extra-arms grow_depthwise --out "$OUT" \
+      --env-kwargs "$kwargs" --agent-config "${AGENT:-{\"learning_rate\": 0.001, \"hidden_size\": 64\}}" ;;
+esac
