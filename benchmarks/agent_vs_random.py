@@ -58,8 +58,11 @@ def evaluate_arms(trainer: Trainer, args: argparse.Namespace, seed: int) -> dict
     envs = make_envs(args.env, args.episodes, args.env_kwargs)
     try:
         driver = VectorEnvDriver(envs)
+        # "agent" plays as --stochastic says; the other way of playing the same policy is reported beside it.
+        other = "agent_argmax" if args.stochastic else "agent_sampled"
         arms: dict[str, Actor] = {
-            "agent": PolicyActor(trainer.policy, trainer.obs_norm, deterministic=not args.stochastic, seed=seed)}
+            "agent": PolicyActor(trainer.policy, trainer.obs_norm, deterministic=not args.stochastic, seed=seed),
+            other: PolicyActor(trainer.policy, trainer.obs_norm, deterministic=args.stochastic, seed=seed)}
         for name in ("random", "static", *args.extra_arms):
             arms[name] = make_actor(name, driver, seed)
         eval_seed = rollout_seed(seed + EVAL_SEED_OFFSET, 0)

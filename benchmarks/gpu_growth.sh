@@ -29,7 +29,7 @@ case ${1:-screen} in
   agent)
     kwargs=$(python3 -c "import json, sys; print(json.dumps(json.loads(sys.argv[1]) | json.loads(sys.argv[2])))" \
       "$D2W16" "${EXTRA:-{\}}")
-    python3 -m benchmarks.agent_vs_random --updates "${UPDATES:-200}" --seeds ${SEEDS:-0 1 2} --jobs 3 --threads 1 \
-      --num-envs 8 --episodes 8 --device cpu --progress --extra-arms grow_depthwise --out "$OUT" \
+    python3 -m benchmarks.agent_vs_random --updates "${UPDATES:-200}" --seeds ${SEEDS:-0 1 2} --jobs "${JOBS:-3}" --threads 1 \
+      --num-envs 8 --episodes 8 --device cpu --progress --stochastic --extra-arms grow_depthwise --out "$OUT" \
       --env-kwargs "$kwargs" --agent-config "${AGENT:-{\"learning_rate\": 0.001, \"hidden_size\": 64\}}" ;;
 esac

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmarks.throughput import device_name
 from esper_agent.baselines import Actor, RandomValidActor, StaticActor
 from esper_agent.distributions import ActionMasks
 from esper_agent.envs import VectorEnvDriver
@@ -219,13 +219,6 @@ def write_summary(folder: Path) -> Path:
     out = folder / "summary.md"
     out.write_text("\n".join(parts))
     return out
-
-
-def device_name(device: str) -> str:
-    """The GPU's name for a CUDA device, else ``cpu (<processor>)``."""
-    if device.startswith("cuda") and torch.cuda.is_available():
-        return torch.cuda.get_device_name(torch.device(device))
-    return f"cpu ({platform.processor() or platform.machine()})"
 
 
 def _file_tag(args: argparse.Namespace) -> str:

@@ -26,7 +26,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -35,6 +34,7 @@ from typing import Any
 
 import torch
 
+from benchmarks.throughput import device_name
 from esper_agent import distributed, train
 from esper_agent.config import AgentConfig
 from esper_agent.trainer import Trainer
@@ -46,12 +46,6 @@ SMOKE = {"env": "Esper-Synthetic-v0", "num_envs": 2, "device": "cpu", "warmup": 
                         "synthetic_image_size": 16},
          "agent_kwargs": {"rollout_steps": 3, "hidden_size": 16, "update_epochs": 1, "num_minibatches": 1}}
 """``--smoke``: a few seconds per launch on a 2-core CPU."""
-
-
-def device_name(device: str) -> str:
-    if torch.device(device).type == "cuda":
-        return torch.cuda.get_device_name(torch.device(device))
-    return f"cpu ({platform.processor() or platform.machine()})"
 
 
 def _sync(device: str) -> None:

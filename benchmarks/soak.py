@@ -36,6 +36,7 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
 import esper_env  # noqa: F401  (registers the Esper ids)
+from benchmarks.throughput import device_name
 from esper_agent.baselines import RandomValidActor
 from esper_agent.config import AgentConfig
 from esper_agent.envs import VectorEnvDriver, autoreset_mode
@@ -178,12 +179,6 @@ def current_rss_bytes() -> int:
 def peak_rss_bytes() -> int:
     scale = 1 if platform.system() == "Darwin" else 1024  # ru_maxrss is bytes on macOS, KiB on Linux
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
-
-
-def device_name(device: str) -> str:
-    if device.startswith("cuda"):
-        return torch.cuda.get_device_name(torch.device(device))
-    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
 class MemoryProbe:

@@ -41,7 +41,8 @@ def test_benchmark_on_the_toy_env(tmp_path: Path) -> None:
         "--env", f"{toy_env.__name__}:{toy_env.ENV_ID}", "--updates", "2", "--seeds", "0", "1", "2",
         "--num-envs", "4", "--episodes", "4", "--device", "cpu", "--out", str(tmp_path),
         "--agent-config", json.dumps({"rollout_steps": 8, "hidden_size": 16})])
-    assert set(report["summary"]) == {"agent", "random", "static"}
+    # "agent" plays argmax by default; the same policy's sampled play is reported beside it
+    assert set(report["summary"]) == {"agent", "agent_sampled", "random", "static"}
     mean, half = report["summary"]["random"]["episode_return"]
     assert mean < 0.1 and half >= 0  # the random-valid policy often prunes: -0.5 per termination
     written = json.loads(next(tmp_path.glob("agent_vs_random_*.json")).read_text())
