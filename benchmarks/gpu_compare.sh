@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # GPU session for a slice of the head-to-head on real CIFAR-10.
-# Usage: ESPER_DATA_DIR=<shards> [SEEDS="0 1"] [BUDGET=4000] bash benchmarks/gpu_compare.sh baselines|agent
+# Usage: ESPER_DATA_DIR=<shards> [R=<results folder>] [SEEDS="0 1"] [BUDGET=4000] [AGENT='{}'] \
+#          bash benchmarks/gpu_compare.sh baselines|agent|maskable_flat|maskable_multidiscrete
 set -uo pipefail
 : "${ESPER_DATA_DIR:?set ESPER_DATA_DIR to the folder with the CIFAR-10 shards}"
 export PYTHONUNBUFFERED=1
-R=benchmarks/results/compare
+R=${R:-benchmarks/results/compare}
 case ${1:-baselines} in
   baselines)
     python3 -m benchmarks.compare_agents --env Esper-CIFAR10-Fast-v0 --arms static random heuristic --seeds 0 1 2 3 4 --out $R
@@ -12,5 +13,8 @@ case ${1:-baselines} in
       --eval-episodes 4 --out $R ;;
   agent)
     python3 -m benchmarks.compare_agents --env Esper-CIFAR10-Fast-v0 --arms esper_agent --seeds ${SEEDS:-0} \
+      --budget-epochs ${BUDGET:-4000} --agent-kwargs "${AGENT:-{\}}" --out $R ;;
+  maskable_flat|maskable_multidiscrete)
+    python3 -m benchmarks.compare_agents --env Esper-CIFAR10-Fast-v0 --arms "$1" --seeds ${SEEDS:-0} \
       --budget-epochs ${BUDGET:-4000} --out $R ;;
 esac

@@ -5,7 +5,8 @@
 #   agent:  benchmarks.agent_vs_random on Esper-Synthetic-v0's two-block growth config with the env on the GPU
 #           (the agent on one CPU thread per seed); EXTRA='{"pbrs_weight": 0.05}' adds env kwargs.
 # Usage: ESPER_DATA_DIR=<shards> OUT=<folder> bash benchmarks/gpu_growth.sh screen [CONFIG...]
-#        OUT=<folder> [SEEDS="0 1 2"] [UPDATES=200] [EXTRA='{}'] [AGENT='{}'] bash benchmarks/gpu_growth.sh agent
+#        OUT=<folder> [SEEDS="0 1 2"] [JOBS=3] [NUM_ENVS=8] [UPDATES=200] [EXTRA='{}'] [AGENT='{}'] \
+#          bash benchmarks/gpu_growth.sh agent
 set -uo pipefail
 OUT=${OUT:-benchmarks/results}
 mkdir -p "$OUT"
@@ -30,6 +31,6 @@ case ${1:-screen} in
     kwargs=$(python3 -c "import json, sys; print(json.dumps(json.loads(sys.argv[1]) | json.loads(sys.argv[2])))" \
       "$D2W16" "${EXTRA:-{\}}")
     python3 -m benchmarks.agent_vs_random --updates "${UPDATES:-200}" --seeds ${SEEDS:-0 1 2} --jobs "${JOBS:-3}" --threads 1 \
-      --num-envs 8 --episodes 8 --device cpu --progress --stochastic --extra-arms grow_depthwise --out "$OUT" \
+      --num-envs "${NUM_ENVS:-8}" --episodes 8 --device cpu --progress --stochastic --extra-arms grow_depthwise --out "$OUT" \
       --env-kwargs "$kwargs" --agent-config "${AGENT:-{\"learning_rate\": 0.001, \"hidden_size\": 64\}}" ;;
 esac

@@ -32,8 +32,10 @@ class AgentConfig:
     hidden_size: int = 128
     """Width of the encoder, the LSTM state and the head MLPs (units, even, >= 8; 128-256 recommended)."""
     wait_prior: float = 0.0
-    """Initial bias of WAIT's logit in the op head (nats, >= 0): 0 = uniform over valid ops; 2 = WAIT about
-    e^2 times as likely as each other op, so a planted seed is rarely pruned before it shows its worth."""
+    """Initial bias added to WAIT's logit in the op head (nats, >= 0); 0 = uniform over the valid ops."""
+    prune_prior: float = 0.0
+    """Initial bias subtracted from PRUNE's logit in the op head (nats, >= 0): 2 makes PRUNE about e^2 times
+    less likely than each other op, so a planted seed usually lives long enough to show its worth."""
 
     # --- PPO update -------------------------------------------------------------------------------------
     update_epochs: int = 4
@@ -106,7 +108,8 @@ _UNIT_INTERVAL = ("gae_lambda", "anomaly_entropy_min")
 _POSITIVE_INT = ("rollout_steps", "update_epochs", "num_minibatches", "max_nonfinite_steps", "checkpoint_interval")
 _POSITIVE = ("clip_coef", "learning_rate", "adam_eps", "max_grad_norm", "obs_clip", "reward_clip",
              "anomaly_ratio_max", "anomaly_kl_max")
-_NON_NEGATIVE = ("ent_coef", "vf_coef", "target_kl", "anomaly_ratio_min", "anomaly_value_std_ratio", "wait_prior")
+_NON_NEGATIVE = ("ent_coef", "vf_coef", "target_kl", "anomaly_ratio_min", "anomaly_value_std_ratio", "wait_prior",
+                 "prune_prior")
 
 
 def _validate(cfg: AgentConfig) -> None:

@@ -51,7 +51,8 @@ def _mlp(width: int, out: int) -> nn.Sequential:
 class RecurrentPolicy(nn.Module):
     """Factored recurrent actor-critic for ``MultiDiscrete(spaces.head_sizes(num_slots))`` actions."""
 
-    def __init__(self, obs_dim: int, num_slots: int, hidden_size: int, wait_prior: float = 0.0) -> None:
+    def __init__(self, obs_dim: int, num_slots: int, hidden_size: int, wait_prior: float = 0.0,
+                 prune_prior: float = 0.0) -> None:
         super().__init__()
         if obs_dim < 1 or num_slots < 1:
             raise ValueError(f"obs_dim={obs_dim} and num_slots={num_slots} must both be >= 1")
@@ -63,9 +64,9 @@ class RecurrentPolicy(nn.Module):
         self.heads = nn.ModuleList(_mlp(hidden_size, size) for size in self.head_sizes)
         self.value_head = _mlp(hidden_size, 1)
         self.register_buffer("relevance", torch.as_tensor(spaces.relevance_matrix()), persistent=False)
-        self._init_weights(wait_prior)
+        self._init_weights(wait_prior, prune_prior)
 
-    def _init_weights(self, wait_prior: float) -> None:
+    def _init_weights(self, wait_prior: float, prune_prior: float) -> None:
         # Orthogonal init (Huang et al. 2022, "37 implementation details of PPO"): sqrt(2) for hidden layers,
         # 0.01 for policy outputs (near-uniform initial policy), 1.0 for the value output.
         for module in self.modules():
@@ -75,10 +76,12 @@ class RecurrentPolicy(nn.Module):
         for head in self.heads:
             nn.init.orthogonal_(head[-1].weight, 0.01)
         nn.init.orthogonal_(self.value_head[-1].weight, 1.0)
-        # Exploration prior (AgentConfig.wait_prior): a uniform op head prunes a young seed with probability
-        # about 1/3 per step, so almost no planted seed lives long enough to pay and GERMINATE looks worthless.
+        # Exploration priors (AgentConfig.wait_prior, prune_prior): a uniform op head prunes a young seed with
+        # probability about 1/3 per step, so almost no planted seed lives long enough to pay, and GERMINATE
+        # looks worthless before the blueprint and tempo heads can learn which plantings pay.
         with torch.no_grad():
             self.heads[spaces.Head.OP][-1].bias[spaces.Op.WAIT] = wait_prior
+            self.heads[spaces.Head.OP][-1].bias[spaces.Op.PRUNE] = -prune_prior
         size = self.hidden_size
         for name, param in self.lstm.named_parameters():
             if name.startswith("weight"):

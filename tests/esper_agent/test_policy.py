@@ -44,22 +44,24 @@ def test_initialisation() -> None:
     assert torch.allclose(w.T @ w, 2 * torch.eye(OBS_DIM), atol=1e-4)
 
 
-def test_wait_prior_biases_only_the_initial_op_head() -> None:
+def test_op_priors_bias_only_the_initial_op_head() -> None:
     torch.manual_seed(0)
-    biased = RecurrentPolicy(OBS_DIM, NUM_SLOTS, HIDDEN, wait_prior=2.0)
+    biased = RecurrentPolicy(OBS_DIM, NUM_SLOTS, HIDDEN, wait_prior=2.0, prune_prior=1.0)
     torch.manual_seed(0)
     plain = RecurrentPolicy(OBS_DIM, NUM_SLOTS, HIDDEN)
     obs, start = torch.randn(256, OBS_DIM), torch.ones(256, dtype=torch.bool)
     core, _ = biased.core_step(obs, biased.initial_state(256), start)
     probs = torch.softmax(biased.head_logits(core)[spaces.Head.OP], -1).mean(0)
-    # Output weights of gain 0.01 leave the logits at their biases: WAIT ~ e^2 / (e^2 + 4), the others ~ 1 / (e^2 + 4).
-    expected = torch.tensor([math.e**2] + [1.0] * 4) / (math.e**2 + 4)
+    # Output weights of gain 0.01 leave the logits at their biases: exp(2) for WAIT, exp(-1) for PRUNE, 1 otherwise.
+    weights = torch.tensor([math.e**2, 1.0, 1.0, math.e**-1, 1.0])
+    expected = weights / weights.sum()
     assert torch.allclose(probs, expected, atol=0.02)
     differing = [name for (name, a), b in zip(biased.state_dict().items(), plain.state_dict().values(), strict=True)
                  if not torch.equal(a, b)]
     assert differing == ["heads.0.2.bias"]
-    with pytest.raises(ValueError, match="wait_prior"):
-        AgentConfig(wait_prior=-1.0)
+    for name in ("wait_prior", "prune_prior"):
+        with pytest.raises(ValueError, match=name):
+            AgentConfig(**{name: -1.0})
 
 
 def test_hidden_size_is_one_validated_field() -> None:
