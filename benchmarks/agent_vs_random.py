@@ -191,6 +191,38 @@ def train_seeds(args: argparse.Namespace) -> list[dict[str, Any]]:
     return [done[seed] for seed in args.seeds]
 
 
+BASE_CONFIG = AgentConfig().to_dict()
+
+
+def _margin_cell(margin: dict[str, Any], scale: float) -> str:
+    mean, half = margin["by_seed"]
+    return f"{scale * mean:+.4g} ± {scale * half:.2g} ({margin['seeds_agent_better']}/{len(margin['per_seed'])})"
+
+
+def write_summary(folder: Path) -> Path:
+    """``summary.md`` in ``folder``: one row per report there, the agent's paired margins over random-valid and
+    static on episode return and on final validation accuracy (mean ± 95% CI over seeds, seeds agent better)."""
+    lines = ["# agent_vs_random reports (paired margins of the agent, mean ± 95% CI over seeds)", "",
+             "| report | env kwargs | agent config (not default) | seeds × updates × sub-envs | agent play | "
+             "return − random | return − static | final acc − random (pp) | final acc − static (pp) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for path in sorted(folder.glob("*.json")):
+        report = json.loads(path.read_text())
+        margins = report["paired_margin_of_agent"]
+        config = report["per_seed"][0]["config"]
+        changed = {k: v for k, v in config.items() if BASE_CONFIG.get(k) != v and k != "rollout_steps"}
+        extra = {k: v for k, v in report["env_kwargs"].items() if k != "device"}
+        play = "argmax" if report["agent_deterministic"] else "sampled"
+        lines.append(f"| {path.stem} | `{json.dumps(extra)}` | `{json.dumps(changed)}` | {len(report['seeds'])} × "
+                     f"{report['updates']} × {report['num_envs']} | {play} | "
+                     + " | ".join(_margin_cell(margins[arm][key], scale) for arm, key, scale in (
+                         ("random", "episode_return", 1), ("static", "episode_return", 1),
+                         ("random", "final_accuracy", 100), ("static", "final_accuracy", 100))) + " |")
+    out = folder / "summary.md"
+    out.write_text("\n".join(lines) + "\n")
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.agent_vs_random", description=__doc__.split("\n\n")[0])
     p.add_argument("--env", default="Esper-Synthetic-v0", help="vector env id ('module:Id' allowed)")
@@ -208,11 +240,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     p.add_argument("--jobs", type=int, default=1, help="seeds trained at once, each in its own process (count)")
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results", help="output folder")
+    p.add_argument("--summarize", type=Path, default=None, help="only write summary.md of the reports in a folder")
     return p
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
+    if args.summarize is not None:
+        print(f"written to {write_summary(args.summarize)}")
+        return {}
     if len(args.seeds) < 3:
         raise SystemExit(f"--seeds needs at least 3 seeds for a confidence interval; got {args.seeds}")
     if args.device == "auto":

@@ -99,9 +99,11 @@ class Collector:
     """Fills a :class:`RolloutStorage` from a vector env with the current policy."""
 
     def __init__(self, driver: VectorEnvDriver, policy: RecurrentPolicy, obs_norm: ObservationNormalizer,
-                 reward_scaler: RewardScaler, storage: RolloutStorage, ranks: SingleProcess = SINGLE) -> None:
+                 reward_scaler: RewardScaler, storage: RolloutStorage, ranks: SingleProcess = SINGLE,
+                 bootstrap_truncation: bool = True) -> None:
         self.driver, self.policy, self.obs_norm, self.reward_scaler = driver, policy, obs_norm, reward_scaler
         self.storage, self.device, self.ranks = storage, storage.device, ranks
+        self.bootstrap_truncation = bootstrap_truncation
         self.tracker = EpisodeTracker(driver.num_envs)
 
     def _obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
@@ -146,7 +148,7 @@ class Collector:
     def _bootstrap_truncations(self, step: EnvStep, state: LSTMState) -> None:
         """V(terminal observation), one step on from the state that saw the episode's last action."""
         rows = step.truncated & ~step.terminated
-        if not rows.any():
+        if not rows.any() or not self.bootstrap_truncation:  # unset bootstrap values are 0: the return ends
             return
         no_reset = torch.zeros(self.driver.num_envs, dtype=torch.bool, device=self.device)
         values = self.policy.predict_value(self._obs_tensor(step.final_obs), state, no_reset)

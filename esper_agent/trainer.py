@@ -103,7 +103,8 @@ class Trainer:
                                           config.normalize_reward)
         storage = RolloutStorage(self.driver.num_envs, config.rollout_steps, self.driver.obs_dim,
                                  self.driver.head_sizes, config.hidden_size, self.device)
-        self.collector = Collector(self.driver, self.policy, self.obs_norm, self.reward_scaler, storage, ranks)
+        self.collector = Collector(self.driver, self.policy, self.obs_norm, self.reward_scaler, storage, ranks,
+                                   config.bootstrap_truncation)
         self.sample_generator = torch.Generator(self.device).manual_seed(sample_seed(seed, ranks.rank))
         self.minibatch_generator = torch.Generator("cpu").manual_seed(seed + 1)
         self.guard = NonFiniteGuard(config.max_nonfinite_steps)

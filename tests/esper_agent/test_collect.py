@@ -147,3 +147,19 @@ def test_gamma_contract_is_enforced() -> None:
     Trainer(shaped, AgentConfig(gamma=0.99, num_minibatches=1))  # same gamma: fine
     unshaped = gym.make_vec(toy_env.ENV_ID, num_envs=2, pbrs_weight=0.0, pbrs_gamma=0.99)
     Trainer(unshaped, AgentConfig(gamma=0.995, num_minibatches=1))  # no shaping: gamma is free
+
+
+def test_without_truncation_bootstrap_a_truncated_return_ends_like_a_terminated_one() -> None:
+    """``bootstrap_truncation=False``: no V(final obs) is stored, so the advantage of a truncated episode's last
+    step is its reward minus its value, exactly as on termination."""
+    from esper_agent.buffer import compute_gae
+
+    plain = make_trainer("NextStep")
+    rollout, _ = collect(plain)
+    assert (rollout.bootstrap_values[rollout.truncated] != 0).any()  # the default does bootstrap here
+    cut = make_trainer("NextStep", bootstrap_truncation=False)
+    rollout, _ = collect(cut)
+    assert rollout.truncated.any() and (rollout.bootstrap_values == 0).all()
+    advantages = compute_gae(rollout, rollout.rewards, cut.config.gamma, cut.config.gae_lambda).advantages
+    ends = rollout.truncated & ~rollout.terminated
+    assert torch.allclose(advantages[ends], rollout.rewards[ends] - rollout.values[ends])
