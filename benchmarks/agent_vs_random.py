@@ -196,15 +196,17 @@ BASE_CONFIG = AgentConfig().to_dict()
 
 def _margin_cell(margin: dict[str, Any], scale: float) -> str:
     mean, half = margin["by_seed"]
-    return f"{scale * mean:+.4g} ± {scale * half:.2g} ({margin['seeds_agent_better']}/{len(margin['per_seed'])})"
+    return f"{scale * mean:+.2f} ± {scale * half:.2f} ({margin['seeds_agent_better']}/{len(margin['per_seed'])})"
 
 
 def write_summary(folder: Path) -> Path:
     """``summary.md`` in ``folder``: one row per report there, the agent's paired margins over random-valid and
     static on episode return and on final validation accuracy (mean ± 95% CI over seeds, seeds agent better)."""
-    lines = ["# agent_vs_random reports (paired margins of the agent, mean ± 95% CI over seeds)", "",
+    lines = ["# agent_vs_random reports (paired margins of the agent, mean ± 95% CI over seeds, seeds agent better)",
+             "", "Returns are the env's reward as configured, so a report whose env kwargs add shaping (pbrs_weight) "
+             "or op costs is comparable with the others only on final validation accuracy.", "",
              "| report | env kwargs | agent config (not default) | seeds × updates × sub-envs | agent play | "
-             "return − random | return − static | final acc − random (pp) | final acc − static (pp) |",
+             "return − random (pp) | return − static (pp) | final acc − random (pp) | final acc − static (pp) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for path in sorted(folder.glob("*.json")):
         report = json.loads(path.read_text())
@@ -216,7 +218,7 @@ def write_summary(folder: Path) -> Path:
         lines.append(f"| {path.stem} | `{json.dumps(extra)}` | `{json.dumps(changed)}` | {len(report['seeds'])} × "
                      f"{report['updates']} × {report['num_envs']} | {play} | "
                      + " | ".join(_margin_cell(margins[arm][key], scale) for arm, key, scale in (
-                         ("random", "episode_return", 1), ("static", "episode_return", 1),
+                         ("random", "episode_return", 100), ("static", "episode_return", 100),
                          ("random", "final_accuracy", 100), ("static", "final_accuracy", 100))) + " |")
     out = folder / "summary.md"
     out.write_text("\n".join(lines) + "\n")

@@ -169,9 +169,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--agent-kwargs", default="{}", help="JSON AgentConfig overrides for esper_agent")
     parser.add_argument("--agent-device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/compare"))
+    parser.add_argument("--label", default="", help="suffix of each arm's results folder (<arm>-<label>), so that "
+                        "one arm can be run with several configs side by side")
     args = parser.parse_args(argv)
     for arm in args.arms:
-        folder = args.out / args.env / arm
+        folder = args.out / args.env / (f"{arm}-{args.label}" if args.label else arm)
         folder.mkdir(parents=True, exist_ok=True)
         for seed in args.seeds:
             path = folder / f"seed{seed}.json"

@@ -53,7 +53,7 @@ def summarize(arms: dict[str, list[dict]]) -> list[dict]:
             "budget_host_epochs": slices[0]["budget_host_epochs"], "rollbacks": int(sum(
                 e["rollback"] for s in slices for e in s["episodes"])),
             "seconds_per_seed": float(np.mean([s["train_seconds"] + s["eval_seconds"] for s in slices])),
-            "device": ", ".join(sorted({s["device"] for s in slices})), "episodes_per_seed": len(slices[0]["episodes"]),
+            "devices": sorted({s["device"] for s in slices}), "episodes_per_seed": len(slices[0]["episodes"]),
         })
     return rows
 
@@ -62,7 +62,7 @@ def markdown(rows: list[dict], env: str) -> str:
     def pct(v: float) -> str:
         return "n/a" if not math.isfinite(v) else f"{100 * v:.2f}"
 
-    devices = ", ".join(sorted({d for row in rows for d in row["device"].split(", ")}))
+    devices = " / ".join(sorted({d for row in rows for d in row["devices"]}))
     lines = [f"Env {env}; devices {devices}; {rows[0]['episodes_per_seed']} evaluation episodes per "
              "seed; mean over seeds with a 95% CI.", "",
              "| arm | seeds | test accuracy % | seed params | gain pp / 1k params | invalid actions % | "

@@ -25,9 +25,11 @@ def test_compare_agents_writes_resumable_slices_and_the_report(tmp_path, capsys)
     assert (folder / "heuristic" / "seed0-sheet.png").exists()
     compare_agents.main(args)  # every slice exists: nothing is recomputed
     assert capsys.readouterr().out.count("exists: skipped") == 4
+    compare_agents.main(args[:5] + ["static", "--seeds", "0"] + args[10:] + ["--label", "again"])
     compare_report.main([str(folder)])
     table = (folder / "table.md").read_text()
     assert "| static | 2 |" in table and "| heuristic | 2 |" in table and (folder / "curves.png").exists()
+    assert "| static-again | 1 |" in table  # a labelled run sits beside the arm's own folder
 
 
 def test_host_alone_reports_test_accuracy(tmp_path):
