@@ -246,6 +246,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _env_device(args: argparse.Namespace) -> str:
+    """The env's device (``--env-kwargs`` ``device``; Esper's "auto" is cuda when there is one)."""
+    device = str(args.env_kwargs.get("device", "auto"))
+    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     if args.summarize is not None:
@@ -263,11 +269,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     report = {"benchmark": "agent_vs_random", "env": args.env, "env_kwargs": args.env_kwargs,
               "num_envs": args.num_envs, "updates": args.updates, "episodes": args.episodes, "seeds": args.seeds,
               "agent_deterministic": not args.stochastic, "device": args.device,
-              "device_name": device_name(args.device), "torch": torch.__version__,
+              "device_name": device_name(args.device), "env_device_name": device_name(_env_device(args)),
+              "torch": torch.__version__,
               "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "wall_seconds": time.perf_counter() - start,
               "summary": summary, "paired_margin_of_agent": margins, "per_seed": per_seed}
     args.out.mkdir(parents=True, exist_ok=True)
-    name = f"agent_vs_random_{args.env.split(':')[-1]}_{args.device.split(':')[0]}_{time.strftime('%Y%m%d-%H%M%S')}"
+    stamp, env_device = time.strftime("%Y%m%d-%H%M%S"), _env_device(args).split(":")[0]
+    name = f"agent_vs_random_{args.env.split(':')[-1]}_{env_device}_{stamp}"
     path = args.out / f"{name}.json"
     path.write_text(json.dumps(json_safe(report), indent=2) + "\n")
     print(f"{args.env}, {args.updates} updates x {args.num_envs} sub-envs, seeds {args.seeds}, "

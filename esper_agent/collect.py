@@ -1,4 +1,4 @@
-"""The rollout loop: act, step the vector env, store real transitions, bootstrap truncations.
+"""The rollout loop: act, step the vector env, store real transitions, bootstrap truncations if asked to.
 
 Every rollout starts from ``envs.reset(seed=...)`` with a seed derived from the run seed and the update index,
 so a rollout with ``rollout_steps`` equal to the episode length holds whole episodes, and the state of a run
@@ -100,7 +100,7 @@ class Collector:
 
     def __init__(self, driver: VectorEnvDriver, policy: RecurrentPolicy, obs_norm: ObservationNormalizer,
                  reward_scaler: RewardScaler, storage: RolloutStorage, ranks: SingleProcess = SINGLE,
-                 bootstrap_truncation: bool = True) -> None:
+                 bootstrap_truncation: bool = False) -> None:
         self.driver, self.policy, self.obs_norm, self.reward_scaler = driver, policy, obs_norm, reward_scaler
         self.storage, self.device, self.ranks = storage, storage.device, ranks
         self.bootstrap_truncation = bootstrap_truncation

@@ -25,10 +25,11 @@ class AgentConfig:
     """Discount per env step (unitless, in (0, 1]); must equal the env's pbrs_gamma when PBRS is on."""
     gae_lambda: float = 0.95
     """GAE lambda (unitless, in [0, 1]): 0 = one-step TD advantages, 1 = Monte-Carlo returns."""
-    bootstrap_truncation: bool = True
-    """Bootstrap a truncated episode from V(final observation), as for a Gymnasium time limit. False ends the
-    return there, as on termination: right where the horizon is part of the task (Esper's max_epochs), since the
-    critic never sees a state past the end and its value there is an extrapolation."""
+    bootstrap_truncation: bool = False
+    """Bootstrap a truncated episode from V(final observation), as for a time limit cutting an endless task.
+    Off by default: an Esper episode is truncated at its fixed, observed horizon (max_epochs), after which the
+    task has no future, and the critic, never trained on a state past the end, only extrapolates there; with
+    it on, agents on Esper-Synthetic-v0 learned to grow and then unlearned it (README, "Does the agent learn")."""
 
     # --- rollout and network ----------------------------------------------------------------------------
     rollout_steps: int = 25

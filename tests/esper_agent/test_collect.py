@@ -28,8 +28,8 @@ def collect(trainer: Trainer, seed: int = 7) -> tuple[Rollout, object]:
 
 def test_same_step_and_disabled_give_identical_rollouts() -> None:
     """Both modes deliver the same transitions (different plumbing for final observations and resets)."""
-    same, same_stats = collect(make_trainer("SameStep"))
-    disabled, disabled_stats = collect(make_trainer("Disabled"))
+    same, same_stats = collect(make_trainer("SameStep", bootstrap_truncation=True))
+    disabled, disabled_stats = collect(make_trainer("Disabled", bootstrap_truncation=True))
     for name, a, b in zip(Rollout._fields, same, disabled, strict=True):
         if name == "initial_state":
             continue
@@ -63,7 +63,7 @@ def test_stored_transitions_follow_the_env_and_never_include_a_reset_step(mode: 
 @pytest.mark.parametrize("mode", MODES)
 def test_truncation_bootstraps_from_the_final_observation(mode: str) -> None:
     """V(terminal obs) from the state that took the episode's last action, computed here independently."""
-    trainer = make_trainer(mode)
+    trainer = make_trainer(mode, bootstrap_truncation=True)
     rollout, _ = collect(trainer)
     policy = trainer.policy
     with torch.no_grad():
@@ -150,14 +150,13 @@ def test_gamma_contract_is_enforced() -> None:
 
 
 def test_without_truncation_bootstrap_a_truncated_return_ends_like_a_terminated_one() -> None:
-    """``bootstrap_truncation=False``: no V(final obs) is stored, so the advantage of a truncated episode's last
-    step is its reward minus its value, exactly as on termination."""
+    """``bootstrap_truncation=False`` (the default): no V(final obs) is stored, so the advantage of a truncated
+    episode's last step is its reward minus its value, exactly as on termination."""
     from esper_agent.buffer import compute_gae
 
-    plain = make_trainer("NextStep")
-    rollout, _ = collect(plain)
-    assert (rollout.bootstrap_values[rollout.truncated] != 0).any()  # the default does bootstrap here
-    cut = make_trainer("NextStep", bootstrap_truncation=False)
+    rollout, _ = collect(make_trainer("NextStep", bootstrap_truncation=True))
+    assert (rollout.bootstrap_values[rollout.truncated] != 0).any()  # switched on, it does bootstrap here
+    cut = make_trainer("NextStep")
     rollout, _ = collect(cut)
     assert rollout.truncated.any() and (rollout.bootstrap_values == 0).all()
     advantages = compute_gae(rollout, rollout.rewards, cut.config.gamma, cut.config.gae_lambda).advantages
