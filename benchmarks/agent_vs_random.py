@@ -154,7 +154,9 @@ SLICE_KEYS = ("env", "env_kwargs", "agent_config", "num_envs", "updates", "episo
 
 def slice_folder(args: argparse.Namespace) -> Path:
     """Where finished seeds are kept: one folder per experiment (everything but the seed list), named by a hash."""
-    settings = json.dumps({k: getattr(args, k) for k in SLICE_KEYS}, sort_keys=True)
+    # The whole agent config, defaults included: a run made before a default changed is not the same experiment.
+    full = AgentConfig(**args.agent_config).to_dict()
+    settings = json.dumps({k: getattr(args, k) for k in SLICE_KEYS} | {"agent_config": full}, sort_keys=True)
     return args.out / "agent_vs_random_slices" / hashlib.sha1(settings.encode()).hexdigest()[:12]
 
 
@@ -211,8 +213,9 @@ def write_summary(folder: Path) -> Path:
     for path in sorted(folder.glob("*.json")):
         report = json.loads(path.read_text())
         margins = report["paired_margin_of_agent"]
-        config = report["per_seed"][0]["config"]
+        config = AgentConfig.from_dict(report["per_seed"][0]["config"]).to_dict()  # older reports: LEGACY_VALUES
         changed = {k: v for k, v in config.items() if BASE_CONFIG.get(k) != v and k != "rollout_steps"}
+        changed["bootstrap_truncation"] = config["bootstrap_truncation"]  # the setting that decided the result
         extra = {k: v for k, v in report["env_kwargs"].items() if k != "device"}
         play = "argmax" if report["agent_deterministic"] else "sampled"
         lines.append(f"| {path.stem} | `{json.dumps(extra)}` | `{json.dumps(changed)}` | {len(report['seeds'])} × "

@@ -66,7 +66,7 @@ class Sb3Actor:
 def train_esper_agent(args: argparse.Namespace, seed: int) -> tuple[Any, list[dict]]:
     envs = gym.make_vec(args.env, num_envs=args.num_envs, **args.env_kwargs)
     steps = envs.unwrapped.config.max_epochs
-    config = AgentConfig(rollout_steps=steps, **json.loads(args.agent_kwargs))
+    config = _agent_config(args)
     updates = max(1, math.ceil(args.budget_epochs / (steps * args.num_envs)))
     trainer = Trainer(envs, config, device=args.agent_device, seed=seed, total_updates=updates)
     curve = []
@@ -101,6 +101,11 @@ def train_maskable(args: argparse.Namespace, seed: int, flatten: bool) -> tuple[
     model.learn(total_timesteps=args.budget_epochs, callback=Curve())
     env.close()
     return Sb3Actor(model, flatten, _env_config(args).num_slots), curve
+
+
+def _agent_config(args: argparse.Namespace) -> AgentConfig:
+    """The whole agent config of the esper_agent arm (recorded in its slices: defaults change between versions)."""
+    return AgentConfig(**({"rollout_steps": _env_config(args).max_epochs} | json.loads(args.agent_kwargs)))
 
 
 def _env_config(args: argparse.Namespace) -> EnvConfig:
@@ -150,6 +155,7 @@ def run_slice(arm: str, seed: int, args: argparse.Namespace, folder: Path) -> di
     return {"arm": arm, "seed": seed, "env": args.env, "env_kwargs": args.env_kwargs, "num_envs": args.num_envs,
             "budget_host_epochs": args.budget_epochs if arm in LEARNING_ARMS else 0,
             "agent_kwargs": json.loads(args.agent_kwargs) if arm == "esper_agent" else {},
+            "agent_config": _agent_config(args).to_dict() if arm == "esper_agent" else None,
             "device": device_name(args.env_kwargs.get("device", "cuda" if torch.cuda.is_available() else "cpu")),
             "git_commit": commit, "git_dirty": dirty, "train_seconds": trained - start,
             "eval_seconds": finished - trained, "curve": curve, "episodes": episodes,

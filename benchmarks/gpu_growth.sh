@@ -3,9 +3,10 @@
 #   screen: the growth screen (fixed policies, paired, no training) on real CIFAR-10, Esper-CIFAR10-Fast-v0,
 #           one results file per config: the registered defaults and candidate hosts.
 #   agent:  benchmarks.agent_vs_random on Esper-Synthetic-v0's two-block growth config with the env on the GPU
-#           (the agent on one CPU thread per seed); EXTRA='{"pbrs_weight": 0.05}' adds env kwargs.
+#           (the agent on one CPU thread per seed); by default the README's run: 5 seeds x 100 updates x 16
+#           sub-envs of the recipe that learned; EXTRA='{"pbrs_weight": 0.05}' adds env kwargs.
 # Usage: ESPER_DATA_DIR=<shards> OUT=<folder> bash benchmarks/gpu_growth.sh screen [CONFIG...]
-#        OUT=<folder> [SEEDS="0 1 2"] [JOBS=3] [NUM_ENVS=8] [UPDATES=200] [EXTRA='{}'] [AGENT='{}'] \
+#        OUT=<folder> [SEEDS="0 1 2 3 4"] [JOBS=5] [NUM_ENVS=16] [UPDATES=100] [EXTRA='{}'] [AGENT='{...}'] \
 #          bash benchmarks/gpu_growth.sh agent
 set -uo pipefail
 OUT=${OUT:-benchmarks/results}
@@ -19,18 +20,20 @@ declare -A CONFIGS=(
   [fast_b128]='{"report_test_accuracy": true, "batch_size": 128, "host_lr": 0.3}'
 )
 D2W16='{"max_epochs": 10, "batch_size": 64, "host_widths": [16, 32], "host_lr": 0.2, "device": "cuda"}'
+RECIPE=$(cat benchmarks/agent_recipe.json)  # the agent recipe that learned on Esper-Synthetic-v0 (README)
 case ${1:-screen} in
   screen)
     : "${ESPER_DATA_DIR:?set ESPER_DATA_DIR to the folder with the CIFAR-10 shards}"
     shift
     for name in "${@:-fast}"; do
+      [[ -n "${CONFIGS[$name]:-}" ]] || { echo "unknown config $name; expected one of ${!CONFIGS[*]}"; exit 2; }
       python3 -m benchmarks.growth_screen --env Esper-CIFAR10-Fast-v0 --device cuda --episodes 16 --arms $ARMS \
         --out "$OUT" --configs "$name=${CONFIGS[$name]}"
     done ;;
   agent)
     kwargs=$(python3 -c "import json, sys; print(json.dumps(json.loads(sys.argv[1]) | json.loads(sys.argv[2])))" \
       "$D2W16" "${EXTRA:-{\}}")
-    python3 -m benchmarks.agent_vs_random --updates "${UPDATES:-200}" --seeds ${SEEDS:-0 1 2} --jobs "${JOBS:-3}" --threads 1 \
-      --num-envs "${NUM_ENVS:-8}" --episodes 8 --device cpu --progress --stochastic --extra-arms grow_depthwise --out "$OUT" \
-      --env-kwargs "$kwargs" --agent-config "${AGENT:-{\"learning_rate\": 0.001, \"hidden_size\": 64\}}" ;;
+    python3 -m benchmarks.agent_vs_random --updates "${UPDATES:-100}" --seeds ${SEEDS:-0 1 2 3 4} \
+      --jobs "${JOBS:-5}" --threads 1 --num-envs "${NUM_ENVS:-16}" --episodes 8 --device cpu --progress --stochastic \
+      --extra-arms grow_depthwise --out "$OUT" --env-kwargs "$kwargs" --agent-config "${AGENT:-$RECIPE}" ;;
 esac

@@ -210,7 +210,8 @@ def write_summary(folder: Path) -> Path:
         for name, entry in report["configs"].items():
             env_id = report.get("env", ENV_ID)
             configs[f"{env_id} {name}"] = entry | {"file": path.name, "episodes_per_arm": report["episodes"],
-                                                   "env_id": env_id, "device": report.get("device", "cpu")}
+                                                   "env_id": env_id,
+                                                   "device": report.get("device_name", report.get("device", "cpu"))}
     parts = ["# Growth screen (paired episodes; pp = percentage points, ± = 95% CI)\n"]
     for name, entry in configs.items():
         kwargs, count = json.dumps(entry["env_kwargs"]), entry["episodes_per_arm"]

@@ -111,8 +111,9 @@ class RolloutStorage:
 
 
 def next_values(rollout: Rollout) -> Tensor:
-    """V(s_{t+1}) as seen by each transition: the next stored value, V(terminal obs) on truncation, 0 on
-    termination, and the rollout's end value after a row's last transition."""
+    """V(s_{t+1}) as seen by each transition: the next stored value, ``bootstrap_values`` on truncation (V(terminal
+    obs) when the agent bootstraps truncations, else 0), 0 on termination, and the rollout's end value after a
+    row's last transition."""
     values, valid = rollout.values, rollout.valid
     shifted = torch.cat([values[:, 1:], torch.zeros_like(values[:, :1])], 1)
     next_valid = torch.cat([valid[:, 1:], torch.zeros_like(valid[:, :1])], 1)
@@ -125,7 +126,7 @@ def compute_gae(rollout: Rollout, rewards: Tensor, gamma: float, lam: float) -> 
     """Generalised advantage estimation (Schulman et al. 2016) over env-major rows with padding.
 
     ``rewards`` (N, T) are the (scaled) rewards to use. The recursion is cut at every episode end, whether
-    terminated (no future) or truncated (the future is V(terminal obs), already in ``next_values``).
+    terminated (no future) or truncated (the future is ``bootstrap_values``, already in ``next_values``).
     """
     deltas = rewards + gamma * next_values(rollout) - rollout.values
     deltas = torch.where(rollout.valid, deltas, torch.zeros_like(deltas))

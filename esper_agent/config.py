@@ -39,8 +39,8 @@ class AgentConfig:
     wait_prior: float = 0.0
     """Initial bias added to WAIT's logit in the op head (nats, >= 0); 0 = uniform over the valid ops."""
     prune_prior: float = 0.0
-    """Initial bias subtracted from PRUNE's logit in the op head (nats, >= 0): 2 makes PRUNE about e^2 times
-    less likely than each other op, so a planted seed usually lives long enough to show its worth."""
+    """Initial bias subtracted from PRUNE's logit in the op head (nats, >= 0): 2 (with wait_prior 0) makes PRUNE
+    about e^2 times less likely than each other op, so a planted seed usually lives long enough to be judged."""
 
     # --- PPO update -------------------------------------------------------------------------------------
     update_epochs: int = 4
@@ -100,12 +100,19 @@ class AgentConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> AgentConfig:
-        """Build a config from a plain dict (a checkpoint's or config.json's), rejecting unknown keys."""
+        """Build a config from a plain dict (a checkpoint's or config.json's), rejecting unknown keys. A field
+        missing from the dict takes the value it had before it existed (:data:`LEGACY_VALUES`): dicts are
+        written whole by :meth:`to_dict`, so a missing key means an older file."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
             raise ValueError(f"unknown AgentConfig field(s) {unknown}; expected some of {sorted(known)}")
-        return cls(**values)
+        return cls(**(LEGACY_VALUES | values))
+
+
+LEGACY_VALUES: dict[str, Any] = {"bootstrap_truncation": True}
+"""What a run did before the field existed, for fields whose default is not that: runs before
+``bootstrap_truncation`` bootstrapped every truncation."""
 
 
 _UNIT_INTERVAL_OPEN_LOW = ("gamma",)
@@ -168,4 +175,4 @@ def field_help() -> dict[str, str]:
     return helps
 
 
-__all__ = ["AgentConfig", "field_help"]
+__all__ = ["AgentConfig", "LEGACY_VALUES", "field_help"]

@@ -7,8 +7,9 @@ of live and fossilized seeds, P_host the host's parameters and Phi the summed st
           + pbrs_weight * (pbrs_gamma * Phi_t - Phi_{t-1}) - op_cost * [op != WAIT] - invalid_action_penalty * [invalid]
 
 so an episode's return telescopes to ``(A_T - A_0) - param_penalty * P_T / P_host`` plus the shaping sum (which
-does not change the optimal policy when the agent's gamma equals ``pbrs_gamma``) minus the op costs. A_0 is
-chance accuracy (0.1): the untrained host is not measured at reset.
+does not change the optimal policy when the agent's gamma equals ``pbrs_gamma``: Phi is taken as 0 after the
+last step, so the discounted shaping sums to -Phi_0 = 0) minus the op costs. A_0 is chance accuracy (0.1): the
+untrained host is not measured at reset.
 
 Mode ``"contribution"`` replaces the accuracy delta by the counterfactual contributions of the seeds measured
 this step (sum, in fractions) and, on the step a seed is pruned, minus its last measured contribution (pruning
@@ -62,7 +63,11 @@ def step_reward(x: RewardInputs, cfg: EnvConfig) -> float:
     else:
         progress = x.accuracy - x.previous_accuracy
     param_delta = param_cost - cfg.param_penalty * _ratio(x.previous_seed_params, x.host_params)
-    shaping = cfg.pbrs_weight * (cfg.pbrs_gamma * x.potential - x.previous_potential)
+    # The episode's end is terminal for the task (its horizon is the host's training budget), and a terminal
+    # state's potential is 0: otherwise the shaping would pay a bonus for the stages the seeds end in and would
+    # no longer leave the optimal policy unchanged (Ng et al. 1999; the agent does not bootstrap truncations).
+    potential_now = 0.0 if x.last_step else x.potential
+    shaping = cfg.pbrs_weight * (cfg.pbrs_gamma * potential_now - x.previous_potential)
     costs = cfg.op_cost * x.executed_op + cfg.invalid_action_penalty * x.invalid
     return _finite(progress - param_delta + shaping - costs)
 

@@ -25,7 +25,8 @@ def test_compare_agents_writes_resumable_slices_and_the_report(tmp_path, capsys)
     assert (folder / "heuristic" / "seed0-sheet.png").exists()
     compare_agents.main(args)  # every slice exists: nothing is recomputed
     assert capsys.readouterr().out.count("exists: skipped") == 4
-    compare_agents.main(args[:5] + ["static", "--seeds", "0"] + args[10:] + ["--label", "again"])
+    compare_agents.main(["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--arms", "static",
+                         "--seeds", "0", "--eval-episodes", "2", "--out", str(tmp_path), "--label", "again"])
     compare_report.main([str(folder)])
     table = (folder / "table.md").read_text()
     assert "| static | 2 |" in table and "| heuristic | 2 |" in table and (folder / "curves.png").exists()
@@ -51,3 +52,12 @@ def test_grouped_host_is_the_same_function_as_separate_hosts(train: bool) -> Non
     no_slots = torch.zeros(0), torch.zeros(2, 0)
     separate = torch.stack([host(x, *no_slots) for host, x in zip(hosts, images, strict=True)], dim=1)
     torch.testing.assert_close(model(grouped.interleave(images)), separate, rtol=1e-5, atol=1e-5)
+
+
+def test_the_gpu_scripts_agent_recipe_is_a_valid_agent_config() -> None:
+    from pathlib import Path
+
+    from esper_agent.config import AgentConfig
+
+    recipe = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "agent_recipe.json").read_text())
+    assert not AgentConfig(**recipe).bootstrap_truncation

@@ -50,3 +50,13 @@ def test_from_dict_round_trip_and_unknown_keys() -> None:
     with pytest.raises(ValueError, match="bogus"):
         AgentConfig.from_dict({"bogus": 1})
 
+
+
+def test_a_dict_from_before_a_field_existed_gets_what_runs_did_then() -> None:
+    """Checkpoints written before ``bootstrap_truncation`` existed bootstrapped truncations: resuming one must
+    keep doing so, though the field's default is now off."""
+    old = AgentConfig().to_dict()
+    del old["bootstrap_truncation"], old["wait_prior"], old["prune_prior"]
+    restored = AgentConfig.from_dict(old)
+    assert restored.bootstrap_truncation is True and not AgentConfig().bootstrap_truncation
+    assert restored.wait_prior == restored.prune_prior == 0.0

@@ -162,3 +162,8 @@ def test_without_truncation_bootstrap_a_truncated_return_ends_like_a_terminated_
     advantages = compute_gae(rollout, rollout.rewards, cut.config.gamma, cut.config.gae_lambda).advantages
     ends = rollout.truncated & ~rollout.terminated
     assert torch.allclose(advantages[ends], rollout.rewards[ends] - rollout.values[ends])
+
+
+def test_trainer_builds_its_policy_with_the_configured_op_priors() -> None:
+    bias = make_trainer("NextStep", wait_prior=1.5, prune_prior=0.5).policy.heads[0][-1].bias  # head 0: op
+    assert bias[Op.WAIT].item() == 1.5 and bias[Op.PRUNE].item() == -0.5

@@ -99,6 +99,20 @@ def test_sparse_reward_is_clipped_after_scaling():
     assert step_reward(base._replace(last_step=False), cfg) == 0.0
 
 
+def test_shaping_sums_to_zero_over_an_episode_whatever_the_stages_end_in():
+    """Phi is 0 after the last step, so with gamma 1 the shaping of an episode sums to -Phi_0 = 0 even when the
+    seeds end in high-potential stages (a terminal bonus would change the optimal policy)."""
+    cfg = EnvConfig(dataset="synthetic", pbrs_weight=1.0, pbrs_gamma=1.0, param_penalty=0.0)
+    potentials = [0.0, 0.1, 0.3, 0.9, 1.0]  # Phi_0 .. Phi_T: two seeds planted, ending fossilized
+    total = 0.0
+    for t in range(1, len(potentials)):
+        last = t == len(potentials) - 1
+        x = RewardInputs(0.5, 0.5, 0.0, 0.0, 100, potentials[t], potentials[t - 1], (), 0.0, False, False, last,
+                         False)
+        total += step_reward(x, cfg)
+    assert total == pytest.approx(0.0, abs=1e-12)
+
+
 def test_return_telescopes_to_final_accuracy_minus_parameter_cost(tiny):
     env = gym.make("Esper-Synthetic-v0", **tiny)
     env.reset(seed=2)
