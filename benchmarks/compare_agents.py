@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 import esper_env  # noqa: F401
+from benchmarks.growth_screen import json_safe
 from benchmarks.throughput import device_name
 from esper_agent.baselines import RandomValidActor, StaticActor
 from esper_agent.config import AgentConfig
@@ -188,25 +189,13 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             result = run_slice(arm, seed, args, folder)
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(_strict(result), indent=1, allow_nan=False))
+            tmp.write_text(json.dumps(json_safe(result), indent=1, allow_nan=False))  # NaN: not measured
             tmp.replace(path)
             test = [e["test_accuracy"] for e in result["episodes"]]
             print(f"{arm} seed {seed}: test accuracy {np.nanmean(test):.4f}, seed params "
                   f"{np.mean([e['seed_params'] for e in result['episodes']]):.0f}, "
                   f"{result['train_seconds'] + result['eval_seconds']:.0f}s", flush=True)
 
-
-def _strict(value: Any) -> Any:
-    """Strict JSON: NaN (an accuracy that was not measured, e.g. after a rollback) becomes null."""
-    if isinstance(value, dict):
-        return {k: _strict(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_strict(v) for v in value]
-    if isinstance(value, float | np.floating):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, np.integer | np.bool_):
-        return value.item()
-    return value
 
 
 if __name__ == "__main__":

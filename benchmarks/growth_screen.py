@@ -181,9 +181,12 @@ def table(name: str, summary: dict[str, dict[str, Any]]) -> str:
 
 
 def json_safe(value: Any) -> Any:
-    """``value`` with NaN and inf as None (strict JSON), through dicts, lists and tuples."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
+    """``value`` as strict JSON: NaN and inf as None, numpy scalars as Python numbers, through dicts, lists and
+    tuples."""
+    if isinstance(value, np.integer | np.bool_):
+        return value.item()
+    if isinstance(value, float | np.floating):
+        return float(value) if math.isfinite(value) else None
     if isinstance(value, dict):
         return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
