@@ -43,7 +43,7 @@ from esper_agent.collect import rollout_seed
 from esper_agent.config import AgentConfig
 from esper_agent.envs import VectorEnvDriver
 from esper_agent.evaluate import PolicyActor, mean_ci95, run_episodes
-from esper_agent.train import make_envs
+from esper_agent.train import make_envs, resolve_device
 from esper_agent.trainer import Trainer
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation resets never reuse a training reset seed's stream by construction
@@ -249,12 +249,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _env_device(args: argparse.Namespace) -> str:
-    """The env's device (``--env-kwargs`` ``device``; Esper's "auto" is cuda when there is one)."""
-    device = str(args.env_kwargs.get("device", "auto"))
-    return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     if args.summarize is not None:
@@ -262,8 +256,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return {}
     if len(args.seeds) < 3:
         raise SystemExit(f"--seeds needs at least 3 seeds for a confidence interval; got {args.seeds}")
-    if args.device == "auto":
-        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    args.device = resolve_device(args.device)
+    env_device = resolve_device(str(args.env_kwargs.get("device", "auto")))  # Esper's default env device is auto
     if args.threads:
         torch.set_num_threads(args.threads)
     start = time.perf_counter()
@@ -272,13 +266,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     report = {"benchmark": "agent_vs_random", "env": args.env, "env_kwargs": args.env_kwargs,
               "num_envs": args.num_envs, "updates": args.updates, "episodes": args.episodes, "seeds": args.seeds,
               "agent_deterministic": not args.stochastic, "device": args.device,
-              "device_name": device_name(args.device), "env_device_name": device_name(_env_device(args)),
+              "device_name": device_name(args.device), "env_device_name": device_name(env_device),
               "torch": torch.__version__,
               "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "wall_seconds": time.perf_counter() - start,
               "summary": summary, "paired_margin_of_agent": margins, "per_seed": per_seed}
     args.out.mkdir(parents=True, exist_ok=True)
-    stamp, env_device = time.strftime("%Y%m%d-%H%M%S"), _env_device(args).split(":")[0]
-    name = f"agent_vs_random_{args.env.split(':')[-1]}_{env_device}_{stamp}"
+    name = f"agent_vs_random_{args.env.split(':')[-1]}_{env_device.split(':')[0]}_{time.strftime('%Y%m%d-%H%M%S')}"
     path = args.out / f"{name}.json"
     path.write_text(json.dumps(json_safe(report), indent=2) + "\n")
     print(f"{args.env}, {args.updates} updates x {args.num_envs} sub-envs, seeds {args.seeds}, "

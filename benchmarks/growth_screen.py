@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.throughput import device_name
+from benchmarks.throughput import device_name, device_tag
 from esper_agent.baselines import Actor, RandomValidActor, StaticActor
 from esper_agent.distributions import ActionMasks
 from esper_agent.envs import VectorEnvDriver
@@ -171,7 +171,7 @@ def table(name: str, summary: dict[str, dict[str, Any]]) -> str:
     missing = [math.nan] * 2
     for arm, row in summary.items():
         cells = [_cell(row["episode_return"], 100), _cell(row["final_accuracy"], 100),
-                 _cell(row.get("test_accuracy", missing), 100) if "test_accuracy" in row else "—",
+                 _cell(row["test_accuracy"], 100) if "test_accuracy" in row else "—",
                  f"{row['seed_params'][0]:.0f}", _cell(row.get("return_minus_static", missing), 100),
                  _cell(row.get("accuracy_minus_static", missing), 100),
                  _cell(row["test_minus_static"], 100) if "test_minus_static" in row else "—",
@@ -227,7 +227,7 @@ def write_summary(folder: Path) -> Path:
 
 def _file_tag(args: argparse.Namespace) -> str:
     """``cpu`` or the GPU's name (``nvidia-h200``), plus the env when it is not the Synthetic default."""
-    device = device_name(args.device).lower().replace(" ", "-") if args.device.startswith("cuda") else "cpu"
+    device = device_tag(device_name(args.device))
     env = args.env.split(":")[-1]
     return device if env == ENV_ID else f"{env}_{device}"
 

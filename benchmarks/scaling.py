@@ -74,7 +74,7 @@ def worker(args: argparse.Namespace) -> None:
     _sync(device)
     ranks.barrier()
     wall = time.perf_counter() - start
-    env_devices = [train._resolve_device(d) for d in env_kwargs.get("devices") or [env_kwargs.get("device", device)]]
+    env_devices = [train.resolve_device(d) for d in env_kwargs.get("devices") or [env_kwargs.get("device", device)]]
     env_devices = ranks.gather_objects(env_devices)
     names = ranks.gather_objects([device_name(d) for d in env_devices[ranks.rank]])
     envs.close()

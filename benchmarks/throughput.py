@@ -46,6 +46,11 @@ def device_name(device: str) -> str:
     return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
+def device_tag(name: str) -> str:
+    """A :func:`device_name` as a file-name part: ``NVIDIA H200`` -> ``nvidia-h200``, ``cpu (...)`` -> ``cpu``."""
+    return name.split(" (")[0].replace(" ", "-").lower()
+
+
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()  # sync: timing boundary
@@ -182,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def write_rows(rows: list[dict], out: Path, name: str, table: str, tag: str | None = None) -> None:
     """``<out>/<name>-<tag>.json`` (the rows) and ``.md`` (the table); the tag defaults to the device's name."""
-    tag = tag or rows[0]["device"].split(" (")[0].replace(" ", "-").lower()
+    tag = tag or device_tag(rows[0]["device"])
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}-{tag}.json").write_text(json.dumps(rows, indent=1))
     (out / f"{name}-{tag}.md").write_text(table)

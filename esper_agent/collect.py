@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from esper_agent.buffer import Rollout, RolloutStorage
-from esper_agent.distributed import SINGLE, SingleProcess
+from esper_agent.distributed import SingleProcess
 from esper_agent.distributions import ActionMasks
 from esper_agent.envs import EnvStep, VectorEnvDriver
 from esper_agent.normalize import ObservationNormalizer, RewardScaler
@@ -99,8 +99,8 @@ class Collector:
     """Fills a :class:`RolloutStorage` from a vector env with the current policy."""
 
     def __init__(self, driver: VectorEnvDriver, policy: RecurrentPolicy, obs_norm: ObservationNormalizer,
-                 reward_scaler: RewardScaler, storage: RolloutStorage, ranks: SingleProcess = SINGLE,
-                 bootstrap_truncation: bool = False) -> None:
+                 reward_scaler: RewardScaler, storage: RolloutStorage, ranks: SingleProcess,
+                 bootstrap_truncation: bool) -> None:
         self.driver, self.policy, self.obs_norm, self.reward_scaler = driver, policy, obs_norm, reward_scaler
         self.storage, self.device, self.ranks = storage, storage.device, ranks
         self.bootstrap_truncation = bootstrap_truncation

@@ -175,7 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _resolve_device(device: str) -> str:
+def resolve_device(device: str) -> str:
+    """``auto`` as ``cuda`` when there is a GPU, else ``cpu``; any other name unchanged."""
     return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
 
 
@@ -184,7 +185,7 @@ def _options(given: dict[str, Any], stored: dict[str, Any] | None) -> RunOptions
     run_dir = values["run_dir"] or Path("runs") / (
         f"{values['env'].split(':')[-1]}-{time.strftime('%Y%m%d-%H%M%S')}-s{values['seed']}")
     return RunOptions(values["env"], dict(values["env_kwargs"]), int(values["num_envs"]),
-                      _resolve_device(values["device"]), int(values["seed"]), int(values["total_updates"]),
+                      resolve_device(values["device"]), int(values["seed"]), int(values["total_updates"]),
                       Path(run_dir))
 
 
