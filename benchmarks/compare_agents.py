@@ -71,9 +71,12 @@ def train_esper_agent(args: argparse.Namespace, seed: int) -> tuple[Any, list[di
     updates = max(1, math.ceil(args.budget_epochs / (steps * args.num_envs)))
     trainer = Trainer(envs, config, device=args.agent_device, seed=seed, total_updates=updates)
     curve = []
-    for metrics in trainer.train():
+    for update, metrics in enumerate(trainer.train(), start=1):
         curve.append({"host_epochs": trainer.env_steps, "final_accuracy": metrics.get("episode/final_accuracy"),
                       "return": metrics.get("episode/return_mean")})
+        if update % 10 == 0 or update == updates:  # progress for whoever polls a long GPU campaign's logs
+            print(f"esper_agent seed {seed}: update {update}/{updates}, {trainer.env_steps} host epochs, "
+                  f"return {curve[-1]['return']}", flush=True)
     envs.close()
     return PolicyActor(trainer.policy.eval(), trainer.obs_norm, deterministic=True, seed=seed), curve
 
@@ -97,8 +100,9 @@ def train_maskable(args: argparse.Namespace, seed: int, flatten: bool) -> tuple[
             return True
 
     steps = _env_config(args).max_epochs
-    model = MaskablePPO("MlpPolicy", env, n_steps=steps, batch_size=steps * args.num_envs // 4, seed=seed,
-                        device="cpu", verbose=0)
+    # Four minibatches per rollout, at least two samples each: a minibatch of one has no advantage std (NaN).
+    batch = max(2, steps * args.num_envs // 4)
+    model = MaskablePPO("MlpPolicy", env, n_steps=steps, batch_size=batch, seed=seed, device="cpu", verbose=0)
     model.learn(total_timesteps=args.budget_epochs, callback=Curve())
     env.close()
     return Sb3Actor(model, flatten, _env_config(args).num_slots), curve

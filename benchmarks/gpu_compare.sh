@@ -1,24 +1,60 @@
 #!/usr/bin/env bash
-# GPU session for a slice of the head-to-head on real CIFAR-10.
-# Usage: ESPER_DATA_DIR=<shards> [R=<results folder>] [SEEDS="0 1"] [BUDGET=4000] [AGENT='{...}'] [LABEL=...] \
-#          bash benchmarks/gpu_compare.sh baselines|agent|maskable_flat|maskable_multidiscrete
+# GPU session for slices of the head-to-head on real CIFAR-10 (benchmarks.compare_agents; slices are resumable).
+# Usage: ESPER_DATA_DIR=<shards> [R=<results folder>] [SEEDS="0 1"] [BUDGET=4000] [NUM_ENVS=8] [ENV_KWARGS='{}'] \
+#          [AGENT='{...}'] [LABEL=...] bash benchmarks/gpu_compare.sh baselines|agent|maskable_flat|maskable_multidiscrete
+#        ... [ARMS="esper_agent maskable_flat ..."] bash benchmarks/gpu_compare.sh spread
 # agent: the recipe that learned on Esper-Synthetic-v0 (benchmarks/results/agent_vs_random_gpu/summary.md) unless
 # AGENT is given; LABEL names the results folder (esper_agent-<LABEL>, default esper_agent-no-bootstrap) so that
 # recipes sit side by side (esper_agent/ holds the seeds trained before the truncation fix).
+# spread: the whole campaign at once on one host: every (learning arm, seed) is its own process, dealt round-robin
+# over the visible GPUs (the env steps on the GPU, the policies learn on the CPU); static/random/heuristic run all
+# seeds in one process each. Logs go to $R/logs. The esper_agent folder is esper_agent[-LABEL] (no label by default).
 set -uo pipefail
 : "${ESPER_DATA_DIR:?set ESPER_DATA_DIR to the folder with the CIFAR-10 shards}"
 export PYTHONUNBUFFERED=1
 R=${R:-benchmarks/results/compare}
+ENV_ID=${ENV_ID:-Esper-CIFAR10-Fast-v0}
 RECIPE=$(cat benchmarks/agent_recipe.json)  # the agent recipe that learned on Esper-Synthetic-v0 (README)
+
+compare() {  # compare <arms> <seeds> [extra args...]: one compare_agents process on this script's settings
+  local arms=$1 seeds=$2
+  shift 2
+  python3 -m benchmarks.compare_agents --env "$ENV_ID" --env-kwargs "${ENV_KWARGS:-{\}}" --arms $arms \
+    --seeds $seeds --num-envs "${NUM_ENVS:-8}" --budget-epochs "${BUDGET:-4000}" --out "$R" "$@"
+}
+
+spread() {
+  local gpus k=0 arm seed
+  gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+  (( gpus > 0 )) || gpus=1
+  mkdir -p "$R/logs"
+  for arm in ${ARMS:-esper_agent maskable_flat maskable_multidiscrete static random heuristic}; do
+    case $arm in
+      static|random|heuristic) seeds_of_job=("${SEEDS:-0 1 2 3 4}") ;;
+      *) read -ra seeds_of_job <<< "${SEEDS:-0 1 2 3 4}" ;;
+    esac
+    for seed in "${seeds_of_job[@]}"; do
+      local extra=()
+      [[ $arm == esper_agent ]] && extra=(--agent-kwargs "${AGENT:-$RECIPE}" --agent-device cpu --label "${LABEL:-}")
+      CUDA_VISIBLE_DEVICES=$((k % gpus)) OMP_NUM_THREADS=${THREADS:-2} \
+        compare "$arm" "$seed" "${extra[@]}" > "$R/logs/$arm-${seed// /_}.log" 2>&1 &
+      k=$((k + 1))
+    done
+  done
+  echo "spread: $k processes over $gpus GPU(s)"
+  wait
+}
+
 case ${1:-baselines} in
   baselines)
-    python3 -m benchmarks.compare_agents --env Esper-CIFAR10-Fast-v0 --arms static random heuristic --seeds 0 1 2 3 4 --out $R
-    python3 -m benchmarks.compare_agents --env Esper-CIFAR10-v0 --arms static random heuristic --seeds 0 1 2 3 4 \
-      --eval-episodes 4 --out $R ;;
+    ENV_ID=Esper-CIFAR10-Fast-v0 compare "static random heuristic" "0 1 2 3 4"
+    ENV_ID=Esper-CIFAR10-v0 compare "static random heuristic" "0 1 2 3 4" --eval-episodes 4 ;;
   agent)
-    python3 -m benchmarks.compare_agents --env Esper-CIFAR10-Fast-v0 --arms esper_agent --seeds ${SEEDS:-0} \
-      --budget-epochs ${BUDGET:-4000} --out $R --label "${LABEL:-no-bootstrap}" --agent-kwargs "${AGENT:-$RECIPE}" ;;
+    compare esper_agent "${SEEDS:-0}" --label "${LABEL:-no-bootstrap}" --agent-kwargs "${AGENT:-$RECIPE}" ;;
   maskable_flat|maskable_multidiscrete)
-    python3 -m benchmarks.compare_agents --env Esper-CIFAR10-Fast-v0 --arms "$1" --seeds ${SEEDS:-0} \
-      --budget-epochs ${BUDGET:-4000} --out $R ;;
+    compare "$1" "${SEEDS:-0}" ;;
+  spread)
+    spread ;;
+  *)
+    echo "unknown mode $1; expected baselines, agent, maskable_flat, maskable_multidiscrete or spread"; exit 2 ;;
 esac
