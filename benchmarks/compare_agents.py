@@ -73,7 +73,8 @@ def train_esper_agent(args: argparse.Namespace, seed: int) -> tuple[Any, list[di
     curve = []
     for update, metrics in enumerate(trainer.train(), start=1):
         curve.append({"host_epochs": trainer.env_steps, "final_accuracy": metrics.get("episode/final_accuracy"),
-                      "return": metrics.get("episode/return_mean")})
+                      "return": metrics.get("episode/return_mean"),  # and the whole telemetry of the update:
+                      "telemetry": {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}})
         if update % 10 == 0 or update == updates:  # progress for whoever polls a long GPU campaign's logs
             print(f"esper_agent seed {seed}: update {update}/{updates}, {trainer.env_steps} host epochs, "
                   f"return {curve[-1]['return']}", flush=True)
