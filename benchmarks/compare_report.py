@@ -5,7 +5,8 @@
 Per arm, each seed contributes the mean over its evaluation episodes; the table gives the mean over seeds with
 a 95% Student-t confidence interval. "Gain per 1k params" is (test accuracy - static's) in percentage points per
 1,000 added seed parameters (alpha-weighted, at the end of the episode). Writes ``summary.json``,
-``table.md`` and ``curves.png`` into the folder.
+``table.md``, ``curves.png`` and, for each learning arm whose slices recorded the PPO telemetry (esper_agent),
+``telemetry-<arm>.png`` (op histogram, entropy per head, KL, explained variance per update) into the folder.
 """
 
 from __future__ import annotations
@@ -28,7 +29,13 @@ def load_slices(folder: Path) -> dict[str, list[dict]]:
     arms: dict[str, list[dict]] = {}
     for path in sorted(folder.glob("*/seed*.json")):
         arms.setdefault(path.parent.name, []).append(json.loads(path.read_text()))
-    return dict(sorted(arms.items(), key=lambda kv: ORDER.index(kv[0]) if kv[0] in ORDER else len(ORDER)))
+    return dict(sorted(arms.items(), key=lambda kv: (_rank(kv[0]), kv[0])))
+
+
+def _rank(folder: str) -> int:
+    """Table position of an arm's folder: ``<arm>`` or ``<arm>-<label>`` sits with its arm."""
+    arm = folder.split("-")[0]
+    return ORDER.index(arm) if arm in ORDER else len(ORDER)
 
 
 def _per_seed(slices: list[dict], key: str) -> list[float]:
@@ -88,13 +95,46 @@ def plot_curves(arms: dict[str, list[dict]], rows: list[dict], path: Path, env: 
             window = max(1, len(x) // 20)
             smooth = np.convolve(y[order], np.ones(window) / window, mode="valid")
             axis.plot(x[order][window - 1:], 100 * smooth, label=f"{arm} (training episodes)")
-    for row in rows:
-        if row["arm"] not in ("esper_agent", "maskable_flat", "maskable_multidiscrete"):
-            axis.axhline(100 * row["val_accuracy"], linestyle="--", linewidth=1, label=f"{row['arm']} (evaluation)")
+    fixed = [row for row in rows if row["budget_host_epochs"] == 0]  # the policies that do not learn
+    for k, row in enumerate(fixed):
+        axis.axhline(100 * row["val_accuracy"], linestyle="--", linewidth=1, color=f"C{len(arms) + k}",
+                     label=f"{row['arm']} (evaluation)")
     axis.set(xlabel="host epochs of training", ylabel="final validation accuracy (%)", title=env)
     axis.grid(alpha=0.3)
     axis.legend(fontsize=7)
     FigureCanvasAgg(figure).print_png(str(path))
+
+
+TELEMETRY_PANELS = {
+    "op histogram (fraction of steps)": ("actions/op_wait", "actions/op_germinate", "actions/op_prune",
+                                         "actions/op_fossilize"),
+    "entropy per head (normalised)": ("entropy/op", "entropy/blueprint", "entropy/slot"),
+    "approximate KL": ("ppo/kl",),
+    "value explained variance": ("value/explained_variance",),
+}
+
+
+def plot_telemetry(slices: list[dict], path: Path, title: str) -> bool:
+    """The learning arm's PPO telemetry per update, mean over seeds; False when its slices recorded none."""
+    curves = [[p["telemetry"] for p in s["curve"] if "telemetry" in p] for s in slices]
+    curves = [c for c in curves if c]
+    if not curves:
+        return False
+    updates = min(len(c) for c in curves)
+    figure = Figure(figsize=(10, 6), dpi=100)
+    for k, (panel, keys) in enumerate(TELEMETRY_PANELS.items()):
+        axis = figure.add_subplot(2, 2, k + 1)
+        for key in keys:
+            mean = np.nanmean([[c[u].get(key, math.nan) for u in range(updates)] for c in curves], axis=0)
+            axis.plot(np.arange(1, updates + 1), mean, label=key.split("/")[-1])
+        axis.set(title=panel, xlabel="PPO update")
+        axis.grid(alpha=0.3)
+        if len(keys) > 1:
+            axis.legend(fontsize=7)
+    figure.suptitle(f"{title}: mean over {len(curves)} seeds")
+    figure.tight_layout()
+    FigureCanvasAgg(figure).print_png(str(path))
+    return True
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -109,6 +149,8 @@ def main(argv: list[str] | None = None) -> None:
     (args.folder / "summary.json").write_text(json.dumps(rows, indent=1, default=float))
     (args.folder / "table.md").write_text(markdown(rows, env))
     plot_curves(arms, rows, args.folder / "curves.png", env)
+    for arm, slices in arms.items():
+        plot_telemetry(slices, args.folder / f"telemetry-{arm}.png", f"{arm} on {env}")
     print(markdown(rows, env))
 
 

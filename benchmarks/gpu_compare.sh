@@ -33,11 +33,14 @@ spread() {
       static|random|heuristic) seeds_of_job=("${SEEDS:-0 1 2 3 4}") ;;
       *) read -ra seeds_of_job <<< "${SEEDS:-0 1 2 3 4}" ;;
     esac
+    local extra=() folder=$arm
+    if [[ $arm == esper_agent ]]; then
+      extra=(--agent-kwargs "${AGENT:-$RECIPE}" --agent-device cpu --label "${LABEL:-}")
+      folder=$arm${LABEL:+-$LABEL}
+    fi
     for seed in "${seeds_of_job[@]}"; do
-      local extra=()
-      [[ $arm == esper_agent ]] && extra=(--agent-kwargs "${AGENT:-$RECIPE}" --agent-device cpu --label "${LABEL:-}")
       CUDA_VISIBLE_DEVICES=$((k % gpus)) OMP_NUM_THREADS=${THREADS:-2} \
-        compare "$arm" "$seed" "${extra[@]}" > "$R/logs/$arm-${seed// /_}.log" 2>&1 &
+        compare "$arm" "$seed" "${extra[@]}" > "$R/logs/$folder-${seed// /_}.log" 2>&1 &
       k=$((k + 1))
     done
   done

@@ -33,6 +33,24 @@ def test_compare_agents_writes_resumable_slices_and_the_report(tmp_path, capsys)
     assert "| static-again | 1 |" in table  # a labelled run sits beside the arm's own folder
 
 
+def test_the_agent_arm_records_its_telemetry_and_the_report_plots_it(tmp_path):
+    torch.set_num_threads(1)
+    common = ["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--seeds", "0", "--eval-episodes", "1",
+              "--num-envs", "2", "--out", str(tmp_path)]
+    compare_agents.main([*common, "--arms", "esper_agent", "--budget-epochs", "12", "--agent-device", "cpu",
+                         "--label", "tiny", "--agent-kwargs", json.dumps({"hidden_size": 16})])
+    compare_agents.main([*common, "--arms", "static"])
+    folder = tmp_path / "Esper-Synthetic-v0"
+    curve = json.loads((folder / "esper_agent-tiny" / "seed0.json").read_text())["curve"]
+    assert len(curve) == 2  # 12 host epochs = 2 updates of 2 sub-envs x 3 steps
+    assert {"entropy/op", "entropy/blueprint", "ppo/kl", "value/explained_variance"} <= set(curve[0]["telemetry"])
+    compare_report.main([str(folder)])
+    assert (folder / "telemetry-esper_agent-tiny.png").exists()
+    assert not (folder / "telemetry-static.png").exists()  # nothing learned, nothing to plot
+    table = (folder / "table.md").read_text()
+    assert table.index("| esper_agent-tiny |") < table.index("| static |")  # a labelled arm sits with its arm
+
+
 def test_host_alone_reports_test_accuracy(tmp_path):
     host_alone.main(["--env", "Esper-Synthetic-v0", "--seeds", "2", "--env-kwargs", json.dumps(TINY),
                      "--out", str(tmp_path)])
