@@ -4,7 +4,8 @@
 
 Per arm, each seed contributes the mean over its evaluation episodes; the table gives the mean over seeds with
 a 95% Student-t confidence interval. "Gain per 1k params" is (test accuracy - static's) in percentage points per
-1,000 added seed parameters (alpha-weighted, at the end of the episode). Writes ``summary.json``,
+1,000 added seed parameters (alpha-weighted, at the end of the episode); it is noise-dominated where an arm adds
+few parameters, so the table also gives the difference to static itself. Writes ``summary.json``,
 ``table.md``, ``curves.png`` and, for each learning arm whose slices recorded the PPO telemetry (esper_agent),
 ``telemetry-<arm>.png`` (op histogram, entropy per head, KL, explained variance per update) into the folder.
 """
@@ -55,6 +56,7 @@ def summarize(arms: dict[str, list[dict]]) -> list[dict]:
         gain = 100 * (test - static) / (params / 1000) if params > 0 and math.isfinite(static) else math.nan
         rows.append({
             "arm": arm, "seeds": sorted(s["seed"] for s in slices), "test_accuracy": test, "test_ci95": half,
+            "test_minus_static": test - static,
             "val_accuracy": float(np.nanmean(_per_seed(slices, "val_accuracy"))), "seed_params": params,
             "gain_pp_per_1k_params": gain, "invalid_rate": float(np.nanmean(_per_seed(slices, "invalid_rate"))),
             "budget_host_epochs": slices[0]["budget_host_epochs"], "rollbacks": int(sum(
@@ -72,14 +74,16 @@ def markdown(rows: list[dict], env: str) -> str:
     devices = " / ".join(sorted({d for row in rows for d in row["devices"]}))
     lines = [f"Env {env}; devices {devices}; {rows[0]['episodes_per_seed']} evaluation episodes per "
              "seed; mean over seeds with a 95% CI.", "",
-             "| arm | seeds | test accuracy % | seed params | gain pp / 1k params | invalid actions % | "
-             "budget (host epochs) | rollbacks | wall s / seed |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| arm | seeds | test accuracy % | − static (pp) | seed params | gain pp / 1k params | "
+             "invalid actions % | budget (host epochs) | rollbacks | wall s / seed |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         ci = "" if not math.isfinite(r["test_ci95"]) else f" ± {100 * r['test_ci95']:.2f}"
         gain = "n/a" if not math.isfinite(r["gain_pp_per_1k_params"]) else f"{r['gain_pp_per_1k_params']:+.2f}"
-        lines.append(f"| {r['arm']} | {len(r['seeds'])} | {pct(r['test_accuracy'])}{ci} | {r['seed_params']:.0f} | "
-                     f"{gain} | {pct(r['invalid_rate'])} | {r['budget_host_epochs']} | {r['rollbacks']} | "
-                     f"{r['seconds_per_seed']:.0f} |")
+        delta = "n/a" if not math.isfinite(r["test_minus_static"]) else f"{100 * r['test_minus_static']:+.2f}"
+        lines.append(f"| {r['arm']} | {len(r['seeds'])} | {pct(r['test_accuracy'])}{ci} | {delta} | "
+                     f"{r['seed_params']:.0f} | {gain} | {pct(r['invalid_rate'])} | {r['budget_host_epochs']} | "
+                     f"{r['rollbacks']} | {r['seconds_per_seed']:.0f} |")
     return "\n".join(lines) + "\n"
 
 
