@@ -78,11 +78,19 @@ def worker(args: argparse.Namespace) -> None:
     env_devices = ranks.gather_objects(env_devices)
     names = ranks.gather_objects([device_name(d) for d in env_devices[ranks.rank]])
     envs.close()
-    if not ranks.is_main:
-        return
+    if ranks.is_main:
+        _write_result(args, ranks, device, trainer.env_steps - steps_before, rows, wall, (env_devices, names))
+    # No rank leaves while another still works: a rank that exits tears down its gloo connections, and a peer
+    # still holding them aborted ("terminate called without an active exception") in about 1 run of 6 on CPU.
+    ranks.barrier()
+
+
+def _write_result(args: argparse.Namespace, ranks: distributed.SingleProcess, device: str, steps: int,
+                  rows: list[dict], wall: float, devices: tuple[list[list[str]], list[list[str]]]) -> None:
+    """Rank 0's result file: throughput over the timed updates; ``devices`` = (env devices, their names) per rank."""
+    env_devices, names = devices
     images = sum(_finite(r["time/host_images_per_s"]) * r["time/rollout_s"] for r in rows)
     rollout_s = sum(r["time/rollout_s"] for r in rows)
-    steps = trainer.env_steps - steps_before
     gpus = len({d for part in env_devices for d in part if d.startswith("cuda")})
     result = {"mode": "devices" if args.env_kwargs.get("devices") else "torchrun", "processes": ranks.world_size,
               "gpus": gpus, "sub_envs": args.num_envs * ranks.world_size, "env_devices": env_devices,
