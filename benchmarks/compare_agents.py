@@ -26,7 +26,6 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 
 import esper_env  # noqa: F401
 from benchmarks.growth_screen import json_safe
@@ -37,7 +36,7 @@ from esper_agent.distributions import ActionMasks
 from esper_agent.envs import VectorEnvDriver
 from esper_agent.evaluate import PolicyActor, TimelineRecorder, run_episodes
 from esper_agent.heuristic import HeuristicActor
-from esper_agent.train import git_commit
+from esper_agent.train import git_commit, resolve_device
 from esper_agent.trainer import Trainer
 from esper_env.config import EnvConfig
 from esper_env.render import EpisodeRecord, write_contact_sheet, write_episode_png
@@ -66,10 +65,9 @@ class Sb3Actor:
 
 def train_esper_agent(args: argparse.Namespace, seed: int) -> tuple[Any, list[dict]]:
     envs = gym.make_vec(args.env, num_envs=args.num_envs, **args.env_kwargs)
-    steps = envs.unwrapped.config.max_epochs
     config = _agent_config(args)
-    updates = max(1, math.ceil(args.budget_epochs / (steps * args.num_envs)))
-    trainer = Trainer(envs, config, device=args.agent_device, seed=seed, total_updates=updates)
+    updates = max(1, math.ceil(args.budget_epochs / (config.rollout_steps * args.num_envs)))  # host epochs/update
+    trainer = Trainer(envs, config, device=resolve_device(args.agent_device), seed=seed, total_updates=updates)
     curve = []
     for update, metrics in enumerate(trainer.train(), start=1):
         curve.append({"host_epochs": trainer.env_steps, "final_accuracy": metrics.get("episode/final_accuracy"),
@@ -162,7 +160,7 @@ def run_slice(arm: str, seed: int, args: argparse.Namespace, folder: Path) -> di
             "budget_host_epochs": args.budget_epochs if arm in LEARNING_ARMS else 0,
             "agent_kwargs": json.loads(args.agent_kwargs) if arm == "esper_agent" else {},
             "agent_config": _agent_config(args).to_dict() if arm == "esper_agent" else None,
-            "device": device_name(args.env_kwargs.get("device", "cuda" if torch.cuda.is_available() else "cpu")),
+            "device": device_name(resolve_device(str(args.env_kwargs.get("device", "auto")))),
             "git_commit": commit, "git_dirty": dirty, "train_seconds": trained - start,
             "eval_seconds": finished - trained, "curve": curve, "episodes": episodes,
             "episode_records": [json.loads(r.to_json()) for r in records]}
@@ -179,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
                         "over sub-envs) of every learning arm")
     parser.add_argument("--eval-episodes", type=int, default=8, help="evaluation episodes per seed")
     parser.add_argument("--agent-kwargs", default="{}", help="JSON AgentConfig overrides for esper_agent")
-    parser.add_argument("--agent-device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--agent-device", default="auto", help="cpu, cuda or auto (cuda when there is a GPU)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/compare"))
     parser.add_argument("--label", default="", help="suffix of each arm's results folder (<arm>-<label>), so that "
                         "one arm can be run with several configs side by side")
@@ -200,7 +198,6 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{arm} seed {seed}: test accuracy {np.nanmean(test):.4f}, seed params "
                   f"{np.mean([e['seed_params'] for e in result['episodes']]):.0f}, "
                   f"{result['train_seconds'] + result['eval_seconds']:.0f}s", flush=True)
-
 
 
 if __name__ == "__main__":

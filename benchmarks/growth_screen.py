@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
@@ -40,6 +41,8 @@ from esper_agent.evaluate import run_episodes
 from esper_agent.heuristic import HeuristicActor
 from esper_agent.report import mean_ci95
 from esper_agent.train import make_envs
+from esper_env.config import EnvConfig
+from esper_env.host import host_param_count
 from esper_env.spaces import BLUEPRINT_NAMES, Head, Op
 
 ENV_ID = "Esper-Synthetic-v0"
@@ -225,6 +228,31 @@ def write_summary(folder: Path) -> Path:
     return out
 
 
+def reprice(path: Path, config: str, param_penalty: float) -> tuple[str, dict[str, list[dict]]]:
+    """One config of a screen report replayed at another ``param_penalty``: a title and the episodes per arm.
+
+    The screened policies never read the parameter price, and in reward mode ``accuracy`` without shaping the
+    price enters an episode's return only as ``- param_penalty * P_T / P_host``, so each recorded return is
+    shifted by ``(old - new) * P_T / P_host``; nothing is played again.
+    """
+    report = json.loads(path.read_text())
+    entry = report["configs"][config]
+    cfg = EnvConfig.from_kwargs(**{**gym.spec(report.get("env", ENV_ID)).kwargs, **entry["env_kwargs"]})
+    if cfg.reward_mode != "accuracy" or cfg.pbrs_weight or cfg.op_cost or cfg.invalid_action_penalty:
+        raise SystemExit(f"{path.name} {config}: only an unshaped 'accuracy' reward can be repriced")
+    shift = (cfg.param_penalty - param_penalty) / host_param_count(cfg.host_widths)
+    results = {arm: [e | {"episode_return": e["episode_return"] + shift * e["seed_params"]} for e in episodes]
+               for arm, episodes in entry["episodes"].items()}
+    title = f"{report.get('env', ENV_ID)} {config} {json.dumps(entry['env_kwargs'])} repriced from param_penalty " \
+            f"{cfg.param_penalty} to {param_penalty} ({path.name})"
+    return title, results
+
+
+def _summarized(titled: tuple[str, dict[str, list[dict]]]) -> tuple[str, dict[str, dict[str, Any]]]:
+    title, results = titled
+    return title, summarize(results)
+
+
 def _file_tag(args: argparse.Namespace) -> str:
     """``cpu`` or the GPU's name (``nvidia-h200``), plus the env when it is not the Synthetic default."""
     device = device_tag(device_name(args.device))
@@ -243,6 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--out", type=Path, default=OUT, help="output folder")
     p.add_argument("--summarize", type=Path, default=None, help="only rebuild summary.md of this results folder")
+    p.add_argument("--reprice", nargs=3, metavar=("REPORT", "CONFIG", "PENALTY"), default=None,
+                   help="only print a report's config at another param_penalty (recorded episodes, no play)")
     return p
 
 
@@ -250,6 +280,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
     if args.summarize is not None:
         print(f"written to {write_summary(args.summarize)}")
+        return {}
+    if args.reprice is not None:
+        print(table(*_summarized(reprice(Path(args.reprice[0]), args.reprice[1], float(args.reprice[2])))))
         return {}
     torch.set_num_threads(args.threads)
     report: dict[str, Any] = {"benchmark": "growth_screen", "env": args.env, "episodes": args.episodes,

@@ -24,8 +24,14 @@ def test_screen_pairs_arms_and_writes_json(tmp_path):
     assert summary["static"]["return_minus_static"][0] == 0.0
     assert summary["grow_conv_light"]["seed_params"][0] > 0  # it planted from the first epoch
     assert summary["random"]["best_growth_arm"] == "grow_conv_light"
-    written = json.loads(next(tmp_path.glob("growth_screen_cpu_*.json")).read_text())
+    path = next(tmp_path.glob("growth_screen_cpu_*.json"))
+    written = json.loads(path.read_text())
     assert len(written["configs"]["tiny"]["episodes"]["static"]) == 2
+    _, free = growth_screen.reprice(path, "tiny", 0.0)  # no parameter price: the return is the accuracy gained
+    grown = free["grow_conv_light"][0]
+    assert grown["episode_return"] == pytest.approx(grown["final_accuracy"] - 0.1, abs=1e-6)
+    _, same = growth_screen.reprice(path, "tiny", 0.01)  # the screen's own price changes nothing
+    assert same == written["configs"]["tiny"]["episodes"]
 
 
 def test_scripted_growth_fossilizes_before_it_germinates():
