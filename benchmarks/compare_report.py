@@ -5,7 +5,9 @@
 Per arm, each seed contributes the mean over its evaluation episodes; the table gives the mean over seeds with
 a 95% Student-t confidence interval. "Gain per 1k params" is (test accuracy - static's) in percentage points per
 1,000 added seed parameters (alpha-weighted, at the end of the episode); it is noise-dominated where an arm adds
-few parameters, so the table also gives the difference to static itself. Writes ``summary.json``,
+few parameters, so the table also gives the difference to static itself. "Return" is the env's own return (the
+objective the learning arms maximise, in percentage points); "grown" is the most common set of seeds alive at
+the end of an evaluation episode, slot by slot, with its share of episodes. Writes ``summary.json``,
 ``table.md``, ``curves.png`` and, for each learning arm whose slices recorded the PPO telemetry (esper_agent),
 ``telemetry-<arm>.png`` (op histogram, entropy per head, KL, explained variance per update) into the folder.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +25,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from esper_agent.evaluate import mean_ci95
+from esper_env.lifecycle import Stage
+from esper_env.spaces import BLUEPRINT_NAMES
 
 ORDER = ("esper_agent", "maskable_flat", "maskable_multidiscrete", "heuristic", "random", "static")
 
@@ -47,16 +52,34 @@ def _per_seed(slices: list[dict], key: str) -> list[float]:
     return out
 
 
+def _slot_at_end(blueprint: int, stage: int) -> str:
+    """A slot's seed at the end of an episode: its blueprint, starred while not yet fossilized; '-' if none."""
+    if Stage.GERMINATED <= stage <= Stage.HOLDING:
+        return BLUEPRINT_NAMES[blueprint] + "*"
+    return BLUEPRINT_NAMES[blueprint] if stage == Stage.FOSSILIZED else "-"
+
+
+def grown(slices: list[dict]) -> str:
+    """The most common end-of-episode set of seeds over all evaluation episodes, with its share."""
+    counts = Counter(", ".join(_slot_at_end(b, st) for b, st in zip(r["blueprint"][-1], r["stage"][-1], strict=True))
+                     for s in slices for r in s.get("episode_records", []))
+    if not counts:
+        return "n/a"
+    top, n = counts.most_common(1)[0]
+    return f"{top} ({100 * n / counts.total():.0f}%)"
+
+
 def summarize(arms: dict[str, list[dict]]) -> list[dict]:
     static = np.nanmean(_per_seed(arms["static"], "test_accuracy")) if "static" in arms else math.nan
     rows = []
     for arm, slices in arms.items():
         test, half = mean_ci95(_per_seed(slices, "test_accuracy"))
+        ret, ret_half = mean_ci95(_per_seed(slices, "return"))
         params = float(np.nanmean(_per_seed(slices, "seed_params")))
         gain = 100 * (test - static) / (params / 1000) if params > 0 and math.isfinite(static) else math.nan
         rows.append({
             "arm": arm, "seeds": sorted(s["seed"] for s in slices), "test_accuracy": test, "test_ci95": half,
-            "test_minus_static": test - static,
+            "test_minus_static": test - static, "return": ret, "return_ci95": ret_half, "grown": grown(slices),
             "val_accuracy": float(np.nanmean(_per_seed(slices, "val_accuracy"))), "seed_params": params,
             "gain_pp_per_1k_params": gain, "invalid_rate": float(np.nanmean(_per_seed(slices, "invalid_rate"))),
             "budget_host_epochs": slices[0]["budget_host_epochs"], "rollbacks": int(sum(
@@ -71,18 +94,22 @@ def markdown(rows: list[dict], env: str) -> str:
     def pct(v: float) -> str:
         return "n/a" if not math.isfinite(v) else f"{100 * v:.2f}"
 
+    def ci(v: float) -> str:
+        return "" if not math.isfinite(v) else f" ± {100 * v:.2f}"
+
     devices = " / ".join(sorted({d for row in rows for d in row["devices"]}))
     lines = [f"Env {env}; devices {devices}; {rows[0]['episodes_per_seed']} evaluation episodes per "
-             "seed; mean over seeds with a 95% CI.", "",
-             "| arm | seeds | test accuracy % | − static (pp) | seed params | gain pp / 1k params | "
-             "invalid actions % | budget (host epochs) | rollbacks | wall s / seed |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "seed; mean over seeds with a 95% CI; grown: the most common seeds at the end of an episode, slot by "
+             "slot (* = not fossilized), with its share of episodes.", "",
+             "| arm | seeds | test accuracy % | − static (pp) | return (pp) | seed params | gain pp / 1k params | "
+             "grown | invalid actions % | budget (host epochs) | rollbacks | wall s / seed |",
+             "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
     for r in rows:
-        ci = "" if not math.isfinite(r["test_ci95"]) else f" ± {100 * r['test_ci95']:.2f}"
         gain = "n/a" if not math.isfinite(r["gain_pp_per_1k_params"]) else f"{r['gain_pp_per_1k_params']:+.2f}"
         delta = "n/a" if not math.isfinite(r["test_minus_static"]) else f"{100 * r['test_minus_static']:+.2f}"
-        lines.append(f"| {r['arm']} | {len(r['seeds'])} | {pct(r['test_accuracy'])}{ci} | {delta} | "
-                     f"{r['seed_params']:.0f} | {gain} | {pct(r['invalid_rate'])} | {r['budget_host_epochs']} | "
+        lines.append(f"| {r['arm']} | {len(r['seeds'])} | {pct(r['test_accuracy'])}{ci(r['test_ci95'])} | {delta} | "
+                     f"{pct(r['return'])}{ci(r['return_ci95'])} | {r['seed_params']:.0f} | {gain} | {r['grown']} | "
+                     f"{pct(r['invalid_rate'])} | {r['budget_host_epochs']} | "
                      f"{r['rollbacks']} | {r['seconds_per_seed']:.0f} |")
     return "\n".join(lines) + "\n"
 

@@ -7,8 +7,9 @@
 # AGENT is given; LABEL names the results folder (esper_agent-<LABEL>, default esper_agent-no-bootstrap) so that
 # recipes sit side by side (esper_agent/ holds the seeds trained before the truncation fix).
 # spread: the whole campaign at once on one host: every (learning arm, seed) is its own process, dealt round-robin
-# over the visible GPUs (the env steps on the GPU, the policies learn on the CPU); static/random/heuristic run all
-# seeds in one process each. Logs go to $R/logs. The esper_agent folder is esper_agent[-LABEL] (no label by default).
+# over the visible GPUs (the env steps on the GPU, the policies learn on the CPU); static/random/heuristic first,
+# also one process per seed, then the learning arms. Logs go to $R/logs. The esper_agent folder is
+# esper_agent[-LABEL] (no label by default). Slices are resumable: rerunning skips the (arm, seed) pairs done.
 set -uo pipefail
 : "${ESPER_DATA_DIR:?set ESPER_DATA_DIR to the folder with the CIFAR-10 shards}"
 export PYTHONUNBUFFERED=1
@@ -23,16 +24,13 @@ compare() {  # compare <arms> <seeds> [extra args...]: one compare_agents proces
     --seeds $seeds --num-envs "${NUM_ENVS:-8}" --budget-epochs "${BUDGET:-4000}" --out "$R" "$@"
 }
 
-spread() {
+deal() {  # deal <arms...>: every (arm, seed) its own process, round-robin over the visible GPUs; wait for all
   local gpus k=0 arm seed
   gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
   (( gpus > 0 )) || gpus=1
   mkdir -p "$R/logs"
-  for arm in ${ARMS:-esper_agent maskable_flat maskable_multidiscrete static random heuristic}; do
-    case $arm in
-      static|random|heuristic) seeds_of_job=("${SEEDS:-0 1 2 3 4}") ;;
-      *) read -ra seeds_of_job <<< "${SEEDS:-0 1 2 3 4}" ;;
-    esac
+  for arm in "$@"; do
+    read -ra seeds_of_job <<< "${SEEDS:-0 1 2 3 4}"
     local extra=() folder=$arm
     if [[ $arm == esper_agent ]]; then
       extra=(--agent-kwargs "${AGENT:-$RECIPE}" --agent-device cpu --label "${LABEL:-}")
@@ -40,12 +38,21 @@ spread() {
     fi
     for seed in "${seeds_of_job[@]}"; do
       CUDA_VISIBLE_DEVICES=$((k % gpus)) OMP_NUM_THREADS=${THREADS:-2} \
-        compare "$arm" "$seed" "${extra[@]}" > "$R/logs/$folder-${seed// /_}.log" 2>&1 &
+        compare "$arm" "$seed" "${extra[@]}" > "$R/logs/$folder-$seed.log" 2>&1 &
       k=$((k + 1))
     done
   done
-  echo "spread: $k processes over $gpus GPU(s)"
+  echo "spread: $k processes over $gpus GPU(s): $*"
   wait
+}
+
+spread() {  # the fixed policies first (a minute), then the learning arms: all at once ran a heuristic out of memory
+  local arm fixed=() learning=()
+  for arm in ${ARMS:-esper_agent maskable_flat maskable_multidiscrete static random heuristic}; do
+    case $arm in static|random|heuristic) fixed+=("$arm") ;; *) learning+=("$arm") ;; esac
+  done
+  (( ${#fixed[@]} == 0 )) || deal "${fixed[@]}"
+  (( ${#learning[@]} == 0 )) || deal "${learning[@]}"
 }
 
 case ${1:-baselines} in

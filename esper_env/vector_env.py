@@ -299,4 +299,6 @@ class EsperVectorEnv(VectorEnv):
         return table
 
     def close_extras(self, **kwargs: Any) -> None:
+        if self._engine is not None:
+            self._engine.close()
         self._engine = None

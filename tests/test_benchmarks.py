@@ -79,3 +79,12 @@ def test_the_gpu_scripts_agent_recipe_is_a_valid_agent_config() -> None:
 
     recipe = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "agent_recipe.json").read_text())
     assert not AgentConfig(**recipe).bootstrap_truncation
+
+
+def test_the_report_names_the_seeds_grown_slot_by_slot():
+    def record(blueprints, stages):  # the last epoch of an episode record, as compare_agents stores it
+        return {"blueprint": [[-1, -1], blueprints], "stage": [[0, 0], stages]}
+
+    slices = [{"episode_records": [record([6, 5], [5, 3]), record([6, 5], [5, 3]), record([-1, 2], [7, 5])]}]
+    assert compare_report.grown(slices) == "conv_heavy, conv_light* (67%)"  # 5 = FOSSILIZED, 3 = BLENDING
+    assert compare_report.grown([{"episodes": []}]) == "n/a"
