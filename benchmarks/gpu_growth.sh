@@ -5,25 +5,33 @@
 #   agent:  benchmarks.agent_vs_random on Esper-Synthetic-v0's two-block growth config with the env on the GPU
 #           (the agent on one CPU thread per seed); by default the README's run: 5 seeds x 100 updates x 16
 #           sub-envs of the recipe that learned; EXTRA='{"pbrs_weight": 0.05}' adds env kwargs.
-# Usage: ESPER_DATA_DIR=<shards> OUT=<folder> bash benchmarks/gpu_growth.sh screen [CONFIG...]
+# Usage: ESPER_DATA_DIR=<shards> OUT=<folder> [ARMS="..."|per_slot] bash benchmarks/gpu_growth.sh screen [CONFIG...]
 #        OUT=<folder> [SEEDS="0 1 2 3 4"] [JOBS=5] [NUM_ENVS=16] [UPDATES=100] [EXTRA='{}'] [AGENT='{...}'] \
 #          bash benchmarks/gpu_growth.sh agent
 set -uo pipefail
 OUT=${OUT:-benchmarks/results}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-ARMS="static random heuristic grow_norm grow_attention grow_depthwise grow_conv_small grow_bottleneck grow_conv_light
-grow_conv_heavy"
+ARMS=${ARMS:-"static random heuristic grow_norm grow_attention grow_depthwise grow_conv_small grow_bottleneck
+grow_conv_light grow_conv_heavy"}
 declare -A CONFIGS=(
   [fast]='{"report_test_accuracy": true}'
   [fast_d2w16]='{"report_test_accuracy": true, "host_widths": [16, 32]}'
   [fast_b128]='{"report_test_accuracy": true, "batch_size": 128, "host_lr": 0.3}'
+  # the head-to-head's config (compare_prune6) at the env's default price; with ARMS=per_slot: can a plan of seeds
+  # at no more parameters than the heuristic's (3,206 there) beat its test accuracy?
+  [fast_d2w16_prune6]='{"report_test_accuracy": true, "host_widths": [16, 32], "min_prune_age": 6}'
 )
+# one blueprint per slot (slot 1 has 16 channels, slot 2 has 32); seed parameters in this order: 3,424 (the
+# heuristic's set), 2,336, 3,712, 3,424, 1,520, 4,672, 5,760 and 23,232 (what esper_agent grew in compare_prune6)
+PER_SLOT="static heuristic grow_conv_light+conv_small grow_conv_light+none grow_conv_light+depthwise \
+grow_conv_light+bottleneck grow_depthwise+conv_small grow_conv_heavy+none grow_conv_heavy+conv_small grow_conv_heavy"
 D2W16='{"max_epochs": 10, "batch_size": 64, "host_widths": [16, 32], "host_lr": 0.2, "device": "cuda"}'
 RECIPE=$(cat benchmarks/agent_recipe.json)  # the agent recipe that learned on Esper-Synthetic-v0 (README)
 case ${1:-screen} in
   screen)
     : "${ESPER_DATA_DIR:?set ESPER_DATA_DIR to the folder with the CIFAR-10 shards}"
+    [[ $ARMS == per_slot ]] && ARMS=$PER_SLOT
     shift
     for name in "${@:-fast}"; do
       [[ -n "${CONFIGS[$name]:-}" ]] || { echo "unknown config $name; expected one of ${!CONFIGS[*]}"; exit 2; }

@@ -9,7 +9,10 @@ sample. Arms:
 - ``random``: uniform over the valid joint actions (``esper_agent.baselines.RandomValidActor``);
 - ``heuristic``: ``esper_agent.heuristic.HeuristicActor`` with its defaults;
 - ``grow_<blueprint>``: scripted growth: FOSSILIZE whenever the mask allows it, else GERMINATE ``<blueprint>``
-  (linear blend, fastest tempo) into the first free slot, from the first epoch on, else WAIT.
+  (linear blend, fastest tempo) into the first free slot, from the first epoch on, else WAIT;
+- ``grow_<bp1>+<bp2>+...``: the same with one blueprint per slot, in slot order, ``none`` leaving a slot empty:
+  ``grow_conv_light+conv_small`` plants at once the two seeds the heuristic ends up with on the two-block host,
+  to ask whether its choice planted early beats it at the same parameters.
 
 Reported per arm: mean episode return and final validation accuracy, and the paired difference to ``static``
 and to the best growth arm (mean over episodes with a Student-t 95% CI). JSON goes under ``--out``, one file per
@@ -26,6 +29,7 @@ import argparse
 import json
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -76,31 +80,57 @@ DEFAULT_ARMS = ("static", "random", "heuristic", "grow_conv_heavy", "grow_conv_l
 
 
 class ScriptedGrowthActor:
-    """FOSSILIZE the first slot that may be fossilized; else GERMINATE ``blueprint`` into the first slot that
-    may germinate (linear blend at the fastest tempo); else WAIT. Reads only the masks."""
+    """FOSSILIZE the first slot that may be fossilized; else GERMINATE the slot's planned blueprint into the first
+    slot that may germinate and has one (linear blend at the fastest tempo); else WAIT. Reads only the masks.
 
-    def __init__(self, blueprint: str, blend: int = 0, tempo: int = 0) -> None:
-        self.blueprint = BLUEPRINT_NAMES.index(blueprint)
+    ``blueprints`` is one blueprint name for every slot, or one name (or None: leave empty) per slot."""
+
+    def __init__(self, blueprints: str | Sequence[str | None], blend: int = 0, tempo: int = 0) -> None:
+        names = [blueprints] if isinstance(blueprints, str) else list(blueprints)
+        for name in names:
+            if name is not None and name not in BLUEPRINT_NAMES:
+                raise ValueError(f"unknown blueprint {name!r}; expected one of {BLUEPRINT_NAMES} or None")
+        self.plan = [None if n is None else BLUEPRINT_NAMES.index(n) for n in names]
+        self.per_slot = not isinstance(blueprints, str)
         self.blend, self.tempo = blend, tempo
 
     def reset(self, num_envs: int) -> None:
         del num_envs
 
+    def _blueprint(self, slot: int) -> int | None:
+        return self.plan[slot] if self.per_slot else self.plan[0]
+
     def _one(self, op_slot: np.ndarray) -> np.ndarray:
         action = np.zeros(len(Head), np.int64)
-        for op in (Op.FOSSILIZE, Op.GERMINATE):
-            slots = np.flatnonzero(op_slot[op])
-            if slots.size:
-                action[Head.OP], action[Head.SLOT] = op, slots[0]
-                break
-        if action[Head.OP] == Op.GERMINATE:
-            action[Head.BLUEPRINT], action[Head.BLEND], action[Head.TEMPO] = self.blueprint, self.blend, self.tempo
+        fossilize = np.flatnonzero(op_slot[Op.FOSSILIZE])
+        germinate = [s for s in np.flatnonzero(op_slot[Op.GERMINATE]) if self._blueprint(s) is not None]
+        if fossilize.size:
+            action[Head.OP], action[Head.SLOT] = Op.FOSSILIZE, fossilize[0]
+        elif germinate:
+            slot = germinate[0]
+            action[Head.OP], action[Head.SLOT] = Op.GERMINATE, slot
+            action[Head.BLUEPRINT] = self._blueprint(slot)
+            action[Head.BLEND], action[Head.TEMPO] = self.blend, self.tempo
         return action
 
     def act(self, obs: np.ndarray, masks: ActionMasks, episode_start: np.ndarray) -> np.ndarray:
         del episode_start
         op_slot = np.asarray(masks.op_slot)
+        if self.per_slot and op_slot.shape[-1] != len(self.plan):
+            raise ValueError(f"a plan for {len(self.plan)} slots, but the env has {op_slot.shape[-1]}")
         return np.stack([self._one(op_slot[i]) for i in range(obs.shape[0])])
+
+
+def parse_growth_arm(arm: str) -> ScriptedGrowthActor | None:
+    """The scripted actor of ``grow_<bp>`` or ``grow_<bp1>+<bp2>...`` (``none`` = leave the slot empty)."""
+    if not arm.startswith("grow_"):
+        return None
+    names = arm.removeprefix("grow_").split("+")
+    if any(n not in BLUEPRINT_NAMES and n != "none" for n in names) or (len(names) == 1 and names[0] == "none"):
+        return None
+    if len(names) == 1:
+        return ScriptedGrowthActor(names[0])
+    return ScriptedGrowthActor([None if n == "none" else n for n in names])
 
 
 def make_actor(arm: str, driver: VectorEnvDriver, seed: int) -> Actor:
@@ -111,9 +141,11 @@ def make_actor(arm: str, driver: VectorEnvDriver, seed: int) -> Actor:
         return RandomValidActor(driver.head_sizes, seed=seed)
     if arm == "heuristic":
         return HeuristicActor(driver.num_slots)
-    if arm.startswith("grow_") and arm.removeprefix("grow_") in BLUEPRINT_NAMES:
-        return ScriptedGrowthActor(arm.removeprefix("grow_"))
-    raise ValueError(f"unknown arm {arm!r}; expected static, random, heuristic or grow_<one of {BLUEPRINT_NAMES}>")
+    actor = parse_growth_arm(arm)
+    if actor is None:
+        raise ValueError(f"unknown arm {arm!r}; expected static, random, heuristic, grow_<bp> or "
+                         f"grow_<bp>+<bp>+... (one per slot, 'none' for empty), <bp> one of {BLUEPRINT_NAMES}")
+    return actor
 
 
 def play_arms(kwargs: dict[str, Any], arms: list[str], episodes: int, seed: int, env_id: str = ENV_ID
@@ -264,7 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.growth_screen", description=__doc__.split("\n\n")[0])
     p.add_argument("--env", default=ENV_ID, help="vector env id the configs apply to")
     p.add_argument("--configs", nargs="+", default=["default"], help="names in CONFIGS or NAME=JSON env kwargs")
-    p.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS), help="static, random, heuristic, grow_<bp>")
+    p.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS),
+                   help="static, random, heuristic, grow_<bp>, grow_<bp>+<bp>+... (module docstring)")
     p.add_argument("--episodes", type=int, default=8, help="paired episodes = sub-envs (count, >= 2)")
     p.add_argument("--seed", type=int, default=0, help="env reset seed (sub-env i gets seed + i)")
     p.add_argument("--device", default="cpu", help="env device")

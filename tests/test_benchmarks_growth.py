@@ -51,3 +51,23 @@ def test_unknown_arm_and_config_are_refused():
         growth_screen.make_actor("grow_tree", None, 0)  # type: ignore[arg-type]
     with pytest.raises(SystemExit, match="unknown config"):
         growth_screen.parse_config("nope")
+
+
+def test_scripted_growth_plans_one_blueprint_per_slot():
+    op_slot = np.zeros((2, len(Op), 2), bool)
+    op_slot[:, Op.WAIT] = True
+    op_slot[0, Op.GERMINATE, :] = True  # both slots free: the first gets its own blueprint
+    op_slot[1, Op.GERMINATE, 1] = True  # only slot 1 free, and the plan leaves it empty: WAIT
+    masks = ActionMasks(flat=np.ones((2, 1), bool), op_slot=op_slot)
+    actor = growth_screen.make_actor("grow_conv_light+none", None, 0)  # type: ignore[arg-type]
+    actions = actor.act(np.zeros((2, 4)), masks, np.ones(2, bool))
+    assert actions[0, Head.OP] == Op.GERMINATE and actions[0, Head.SLOT] == 0
+    assert actions[0, Head.BLUEPRINT] == BLUEPRINT_NAMES.index("conv_light")
+    assert actions[1, Head.OP] == Op.WAIT
+    plan = growth_screen.make_actor("grow_depthwise+conv_small", None, 0)  # type: ignore[arg-type]
+    op_slot[0, Op.GERMINATE, 0] = False  # now slot 1 is the first free one
+    assert plan.act(np.zeros((2, 4)), masks, np.ones(2, bool))[0, Head.BLUEPRINT] == BLUEPRINT_NAMES.index("conv_small")
+    with pytest.raises(ValueError, match="a plan for 3 slots"):
+        growth_screen.make_actor("grow_norm+norm+norm", None, 0).act(np.zeros((2, 4)), masks, np.ones(2, bool))
+    with pytest.raises(ValueError, match="unknown arm"):
+        growth_screen.make_actor("grow_none", None, 0)  # type: ignore[arg-type]
