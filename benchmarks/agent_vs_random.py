@@ -3,9 +3,9 @@
 For each seed: train the PPO agent for ``--updates`` updates, then play ``--episodes`` evaluation episodes with
 the trained agent (argmax actions unless ``--stochastic``), with the random-valid policy (uniform over the valid
 joint actions read from ``op_slot_mask``), with the static policy (always WAIT) and with any ``--extra-arms``
-(``heuristic``, ``grow_<blueprint>``: see ``benchmarks.growth_screen``). Every arm plays on a fresh vector env of
-``--episodes`` sub-envs reset with the same seed, one episode per sub-env: sub-env ``i`` trains the same host
-initialisation on the same data order in every arm, so the arms are paired.
+(``heuristic``, ``grow_<blueprint>``, ``grow_<bp>+<bp>...``: see ``benchmarks.growth_screen``). Every arm plays
+on a fresh vector env of ``--episodes`` sub-envs reset with the same seed, one episode per sub-env: sub-env ``i``
+trains the same host initialisation on the same data order in every arm, so the arms are paired.
 
 Reports, per arm, the mean episode return with a 95% confidence interval over seeds (Student t on the per-seed
 means), final validation accuracy and seed parameters; and the *paired* margin of the agent over every other
@@ -240,7 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=16, help="evaluation episodes per arm and seed (count)")
     p.add_argument("--device", default="auto", help="agent device: cpu, cuda or auto")
     p.add_argument("--stochastic", action="store_true", help="evaluate the agent with sampled actions")
-    p.add_argument("--extra-arms", nargs="*", default=[], help="more arms to evaluate: heuristic, grow_<blueprint>")
+    p.add_argument("--extra-arms", nargs="*", default=[],
+                   help="more arms to evaluate: heuristic, grow_<bp>, grow_<bp>+<bp>+... (one per slot)")
     p.add_argument("--progress", action="store_true", help="print each update's training metrics")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     p.add_argument("--jobs", type=int, default=1, help="seeds trained at once, each in its own process (count)")

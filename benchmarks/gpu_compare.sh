@@ -25,7 +25,7 @@ compare() {  # compare <arms> <seeds> [extra args...]: one compare_agents proces
 }
 
 deal() {  # deal <arms...>: every (arm, seed) its own process, round-robin over the visible GPUs; wait for all
-  local gpus k=0 arm seed
+  local gpus k=0 arm seed seeds_of_job
   gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
   (( gpus > 0 )) || gpus=1
   mkdir -p "$R/logs"

@@ -18,12 +18,12 @@ declare -A CONFIGS=(
   [fast]='{"report_test_accuracy": true}'
   [fast_d2w16]='{"report_test_accuracy": true, "host_widths": [16, 32]}'
   [fast_b128]='{"report_test_accuracy": true, "batch_size": 128, "host_lr": 0.3}'
-  # the head-to-head's config (compare_prune6) at the env's default price; with ARMS=per_slot: can a plan of seeds
-  # at no more parameters than the heuristic's (3,206 there) beat its test accuracy?
+  # the head-to-head's config (compare_prune6) at the env's default price; with ARMS=per_slot: which plans of seeds
+  # near the heuristic's parameters (3,206 there) beat its test accuracy, and what do they cost?
   [fast_d2w16_prune6]='{"report_test_accuracy": true, "host_widths": [16, 32], "min_prune_age": 6}'
 )
 # one blueprint per slot (slot 1 has 16 channels, slot 2 has 32); seed parameters in this order: 3,424 (the
-# heuristic's set), 2,336, 3,712, 3,424, 1,520, 4,672, 5,760 and 23,232 (what esper_agent grew in compare_prune6)
+# heuristic's set), 2,336, 3,712, 3,424, 1,520, 4,672, 5,760 and 23,232 (conv_heavy in both, as esper_agent grew)
 PER_SLOT="static heuristic grow_conv_light+conv_small grow_conv_light+none grow_conv_light+depthwise \
 grow_conv_light+bottleneck grow_depthwise+conv_small grow_conv_heavy+none grow_conv_heavy+conv_small grow_conv_heavy"
 D2W16='{"max_epochs": 10, "batch_size": 64, "host_widths": [16, 32], "host_lr": 0.2, "device": "cuda"}'

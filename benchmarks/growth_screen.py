@@ -126,8 +126,8 @@ def parse_growth_arm(arm: str) -> ScriptedGrowthActor | None:
     if not arm.startswith("grow_"):
         return None
     names = arm.removeprefix("grow_").split("+")
-    if any(n not in BLUEPRINT_NAMES and n != "none" for n in names) or (len(names) == 1 and names[0] == "none"):
-        return None
+    if any(n not in BLUEPRINT_NAMES and n != "none" for n in names) or all(n == "none" for n in names):
+        return None  # unknown names, or a plan that grows nothing (that is static)
     if len(names) == 1:
         return ScriptedGrowthActor(names[0])
     return ScriptedGrowthActor([None if n == "none" else n for n in names])
@@ -145,6 +145,9 @@ def make_actor(arm: str, driver: VectorEnvDriver, seed: int) -> Actor:
     if actor is None:
         raise ValueError(f"unknown arm {arm!r}; expected static, random, heuristic, grow_<bp> or "
                          f"grow_<bp>+<bp>+... (one per slot, 'none' for empty), <bp> one of {BLUEPRINT_NAMES}")
+    if actor.per_slot and driver is not None and len(actor.plan) != driver.num_slots:
+        raise ValueError(f"{arm}: {len(actor.plan)} blueprints, expected one per slot ({driver.num_slots}) or a "
+                         "single grow_<bp>")
     return actor
 
 

@@ -226,16 +226,19 @@ class Engine:
         self._graphs[i] = None
 
     def close(self) -> None:
-        """Drop every graph and graph pool and hand the pools' memory back to the device.
+        """Drop every graph, graph pool and trainer and hand their memory back to the device.
 
         A private pool whose last graph is gone stays reserved by the caching allocator until its next cache
         flush, and a new env's pools cannot reuse it: without the flush, a process that makes and closes one env
         per evaluation seed keeps every closed env's pools (one heuristic process grew to 38 GiB over five seeds
-        and ran out of memory beside other processes on the same GPU)."""
+        and ran out of memory beside other processes on the same GPU). The trainers go first because their
+        gradients were allocated inside the captured training step, in the pools. The engine is unusable after.
+        """
         if self.use_graphs:
             for device in set(self.devices):
                 torch.cuda.synchronize(device)  # sync: close only; no replay may still run on a dropped graph
         self._graphs = [None] * len(self._graphs)
         self._pools = []
+        self.trainers = []
         if self.use_graphs:
             torch.cuda.empty_cache()

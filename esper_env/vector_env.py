@@ -299,6 +299,6 @@ class EsperVectorEnv(VectorEnv):
         return table
 
     def close_extras(self, **kwargs: Any) -> None:
-        if self._engine is not None:
-            self._engine.close()
-        self._engine = None
+        engine, self._engine = self._engine, None  # dropped even if closing it raises (a broken CUDA context)
+        if engine is not None:
+            engine.close()
