@@ -30,6 +30,7 @@ from __future__ import annotations
 import atexit
 import os
 import pickle
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TypeVar
@@ -226,9 +227,26 @@ def init(device: str = "auto") -> SingleProcess:
     return ProcessGroup(rank, world_size, local_rank, chosen)
 
 
+GLOO_SETTLE_S = 0.2
+"""How long the exit handler lets gloo's worker threads drop their last tensors (see :func:`_destroy`)."""
+
+
 def _destroy() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    """Leaves the process group at interpreter exit.
+
+    A gloo worker thread may still hold the last reference to a finished collective's tensors when the
+    collective has returned; dropping a tensor that Python has seen takes the GIL, and a thread that takes the
+    GIL while the interpreter finalizes is killed, which aborts the process ("terminate called without an
+    active exception", SIGABRT after a run that succeeded; about one launch in three of the 2-process CPU
+    test). ``destroy_process_group`` does not join those threads, so we sleep a moment with the GIL released
+    to let them finish while the interpreter is whole (pytorch/pytorch#190489 tracks the race upstream).
+    """
+    if not dist.is_initialized():
+        return
+    gloo = dist.get_backend() == "gloo"
+    dist.destroy_process_group()
+    if gloo:
+        time.sleep(GLOO_SETTLE_S)
 
 
 def sample_seed(seed: int, rank: int) -> int:
