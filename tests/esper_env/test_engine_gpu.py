@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
 import esper_env  # noqa: F401
+from esper_env.engine import Engine
 from esper_env.spaces import Op
 
 pytestmark = pytest.mark.gpu
@@ -22,11 +25,13 @@ same seed: cuDNN's autotuner may pick other kernels per process and bf16 reducti
 trajectories drift apart a little; lifecycle stages, alphas and masks must still agree exactly."""
 
 
-def _episode(execution: str, num_envs: int = 3) -> list[dict]:
+def _episode(execution: str, num_envs: int = 3, midway: Callable[[], object] | None = None) -> list[dict]:
     envs = gym.make_vec("Esper-Synthetic-v0", num_envs=num_envs, execution=execution, **KWARGS)
     envs.reset(seed=7)
     trace = []
     for t in range(KWARGS["max_epochs"]):
+        if midway is not None and t == KWARGS["max_epochs"] // 2:
+            midway()
         actions = np.zeros((num_envs, 5), dtype=np.int64)
         if t == 0:
             actions[:] = [[Op.GERMINATE, i, 5 - i, i % 3, 0] for i in range(num_envs)]
@@ -110,3 +115,20 @@ def test_a_closed_env_leaves_no_device_memory_behind():
     later = [_allocated_after_one_closed_env() for _ in range(3)]
     assert max(a for a, _ in later) - first[0] < 8 * 2**20, (first, later)
     assert max(r for _, r in later) - first[1] < 64 * 2**20, (first, later)
+
+
+def test_closing_one_env_leaves_an_open_envs_graphs_intact():
+    # Closing the last open graph engine clears cuBLAS's workspaces, whose addresses captured graphs hold; an env
+    # made and closed while another is open must leave the open one's workspaces, so its trajectory is unchanged.
+    solo, _ = _episode("graph")
+    open_counts = []
+
+    def make_and_close_another() -> None:
+        open_counts.append(Engine._open_graph_engines)
+        _allocated_after_one_closed_env()
+        open_counts.append(Engine._open_graph_engines)
+
+    beside, _ = _episode("graph", midway=make_and_close_another)
+    assert open_counts == [1, 1]
+    assert Engine._open_graph_engines == 0
+    assert _largest_accuracy_difference(solo, beside) <= ACCURACY_TOLERANCE
