@@ -145,6 +145,10 @@ TELEMETRY_PANELS = {
 }
 
 
+def _number(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
 def plot_telemetry(slices: list[dict], path: Path, title: str) -> bool:
     """The learning arm's PPO telemetry per update, mean over seeds; False when its slices recorded none."""
     curves = [[p["telemetry"] for p in s["curve"] if "telemetry" in p] for s in slices]
@@ -156,7 +160,9 @@ def plot_telemetry(slices: list[dict], path: Path, title: str) -> bool:
     for k, (panel, keys) in enumerate(TELEMETRY_PANELS.items()):
         axis = figure.add_subplot(2, 2, k + 1)
         for key in keys:
-            mean = np.nanmean([[c[u].get(key, math.nan) for u in range(updates)] for c in curves], axis=0)
+            # a head's entropy is None in an update where no step used that head (no GERMINATE, say)
+            values = [[_number(c[u].get(key)) for u in range(updates)] for c in curves]
+            mean = np.nanmean(values, axis=0)
             axis.plot(np.arange(1, updates + 1), mean, label=key.split("/")[-1])
         axis.set(title=panel, xlabel="PPO update")
         axis.grid(alpha=0.3)

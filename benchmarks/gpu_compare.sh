@@ -2,7 +2,7 @@
 # GPU session for slices of the head-to-head on real CIFAR-10 (benchmarks.compare_agents; slices are resumable).
 # Usage: ESPER_DATA_DIR=<shards> [R=<results folder>] [SEEDS="0 1"] [BUDGET=4000] [NUM_ENVS=8] [ENV_KWARGS='{}'] \
 #          [AGENT='{...}'] [LABEL=...] bash benchmarks/gpu_compare.sh baselines|agent|maskable_flat|maskable_multidiscrete
-#        ... [ARMS="esper_agent maskable_flat ..."] bash benchmarks/gpu_compare.sh spread
+#        ... [ARMS="esper_agent maskable_flat ..."] [GPU_OFFSET=0] bash benchmarks/gpu_compare.sh spread
 # agent: the recipe that learned on Esper-Synthetic-v0 (benchmarks/results/agent_vs_random_gpu/summary.md) unless
 # AGENT is given; LABEL names the results folder (esper_agent-<LABEL>, default esper_agent-no-bootstrap) so that
 # recipes sit side by side (esper_agent/ holds the seeds trained before the truncation fix).
@@ -10,6 +10,8 @@
 # over the visible GPUs (the env steps on the GPU, the policies learn on the CPU); static/random/heuristic first,
 # also one process per seed, then the learning arms. Logs go to $R/logs. The esper_agent folder is
 # esper_agent[-LABEL] (no label by default). Slices are resumable: rerunning skips the (arm, seed) pairs done.
+# GPU_OFFSET: the GPU the first process goes to, so that a second spread beside a running one starts on the GPUs
+# the first one loads least.
 set -uo pipefail
 : "${ESPER_DATA_DIR:?set ESPER_DATA_DIR to the folder with the CIFAR-10 shards}"
 export PYTHONUNBUFFERED=1
@@ -25,7 +27,7 @@ compare() {  # compare <arms> <seeds> [extra args...]: one compare_agents proces
 }
 
 deal() {  # deal <arms...>: every (arm, seed) its own process, round-robin over the visible GPUs; wait for all
-  local gpus k=0 arm seed seeds_of_job
+  local gpus k=${GPU_OFFSET:-0} arm seed seeds_of_job
   gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
   (( gpus > 0 )) || gpus=1
   mkdir -p "$R/logs"
@@ -42,7 +44,7 @@ deal() {  # deal <arms...>: every (arm, seed) its own process, round-robin over 
       k=$((k + 1))
     done
   done
-  echo "spread: $k processes over $gpus GPU(s): $*"
+  echo "spread: $((k - ${GPU_OFFSET:-0})) processes over $gpus GPU(s): $*"
   wait
 }
 
