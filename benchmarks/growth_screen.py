@@ -12,7 +12,9 @@ sample. Arms:
   (linear blend, fastest tempo) into the first free slot, from the first epoch on, else WAIT;
 - ``grow_<bp1>+<bp2>+...``: the same with one blueprint per slot, in slot order, ``none`` leaving a slot empty:
   ``grow_conv_light+conv_small`` plants at once the two seeds the heuristic ends up with on the two-block host,
-  to ask whether its choice planted early beats it at the same parameters.
+  to ask whether its choice planted early beats it at the same parameters;
+- ``grow_...@<k>``: the same plan, but GERMINATE only from the episode's ``k``-th step on (counted from 0), to
+  ask how much of the heuristic's lead over its own seeds planted at once is the timing of its planting.
 
 Reported per arm: mean episode return and final validation accuracy, and the paired difference to ``static``
 and to the best growth arm (mean over episodes with a Student-t 95% CI). JSON goes under ``--out``, one file per
@@ -83,27 +85,33 @@ class ScriptedGrowthActor:
     """FOSSILIZE the first slot that may be fossilized; else GERMINATE the slot's planned blueprint into the first
     slot that may germinate and has one (linear blend at the fastest tempo); else WAIT. Reads only the masks.
 
-    ``blueprints`` is one blueprint name for every slot, or one name (or None: leave empty) per slot."""
+    ``blueprints`` is one blueprint name for every slot, or one name (or None: leave empty) per slot; nothing is
+    germinated before the episode's ``start_step``-th step (counted from 0), FOSSILIZE is never held back."""
 
-    def __init__(self, blueprints: str | Sequence[str | None], blend: int = 0, tempo: int = 0) -> None:
+    def __init__(self, blueprints: str | Sequence[str | None], blend: int = 0, tempo: int = 0,
+                 start_step: int = 0) -> None:
+        if start_step < 0:
+            raise ValueError(f"start_step must be >= 0, got {start_step}")
         names = [blueprints] if isinstance(blueprints, str) else list(blueprints)
         for name in names:
             if name is not None and name not in BLUEPRINT_NAMES:
                 raise ValueError(f"unknown blueprint {name!r}; expected one of {BLUEPRINT_NAMES} or None")
         self.plan = [None if n is None else BLUEPRINT_NAMES.index(n) for n in names]
         self.per_slot = not isinstance(blueprints, str)
-        self.blend, self.tempo = blend, tempo
+        self.blend, self.tempo, self.start_step = blend, tempo, start_step
+        self.steps = np.zeros(0, np.int64)  # steps taken in each sub-env's current episode
 
     def reset(self, num_envs: int) -> None:
-        del num_envs
+        self.steps = np.zeros(num_envs, np.int64)
 
     def _blueprint(self, slot: int) -> int | None:
         return self.plan[slot] if self.per_slot else self.plan[0]
 
-    def _one(self, op_slot: np.ndarray) -> np.ndarray:
+    def _one(self, op_slot: np.ndarray, may_germinate: bool) -> np.ndarray:
         action = np.zeros(len(Head), np.int64)
         fossilize = np.flatnonzero(op_slot[Op.FOSSILIZE])
-        germinate = [s for s in np.flatnonzero(op_slot[Op.GERMINATE]) if self._blueprint(s) is not None]
+        free = np.flatnonzero(op_slot[Op.GERMINATE]) if may_germinate else []
+        germinate = [s for s in free if self._blueprint(s) is not None]
         if fossilize.size:
             action[Head.OP], action[Head.SLOT] = Op.FOSSILIZE, fossilize[0]
         elif germinate:
@@ -114,23 +122,30 @@ class ScriptedGrowthActor:
         return action
 
     def act(self, obs: np.ndarray, masks: ActionMasks, episode_start: np.ndarray) -> np.ndarray:
-        del episode_start
         op_slot = np.asarray(masks.op_slot)
         if self.per_slot and op_slot.shape[-1] != len(self.plan):
             raise ValueError(f"a plan for {len(self.plan)} slots, but the env has {op_slot.shape[-1]}")
-        return np.stack([self._one(op_slot[i]) for i in range(obs.shape[0])])
+        if self.steps.shape != (obs.shape[0],):
+            self.reset(obs.shape[0])
+        self.steps = np.where(np.asarray(episode_start, bool), 0, self.steps)
+        actions = np.stack([self._one(op_slot[i], self.steps[i] >= self.start_step) for i in range(obs.shape[0])])
+        self.steps += 1
+        return actions
 
 
 def parse_growth_arm(arm: str) -> ScriptedGrowthActor | None:
-    """The scripted actor of ``grow_<bp>`` or ``grow_<bp1>+<bp2>...`` (``none`` = leave the slot empty)."""
+    """The scripted actor of ``grow_<bp>`` or ``grow_<bp1>+<bp2>...`` (``none`` = leave the slot empty), with an
+    optional ``@<k>``: germinate only from step ``k`` on."""
     if not arm.startswith("grow_"):
         return None
-    names = arm.removeprefix("grow_").split("+")
+    plan, _, start = arm.removeprefix("grow_").partition("@")
+    if start and not start.isdigit():
+        return None
+    names = plan.split("+")
     if any(n not in BLUEPRINT_NAMES and n != "none" for n in names) or all(n == "none" for n in names):
         return None  # unknown names, or a plan that grows nothing (that is static)
-    if len(names) == 1:
-        return ScriptedGrowthActor(names[0])
-    return ScriptedGrowthActor([None if n == "none" else n for n in names])
+    blueprints = names[0] if len(names) == 1 else [None if n == "none" else n for n in names]
+    return ScriptedGrowthActor(blueprints, start_step=int(start or 0))
 
 
 def make_actor(arm: str, driver: VectorEnvDriver, seed: int) -> Actor:
@@ -144,7 +159,8 @@ def make_actor(arm: str, driver: VectorEnvDriver, seed: int) -> Actor:
     actor = parse_growth_arm(arm)
     if actor is None:
         raise ValueError(f"unknown arm {arm!r}; expected static, random, heuristic, grow_<bp> or "
-                         f"grow_<bp>+<bp>+... (one per slot, 'none' for empty), <bp> one of {BLUEPRINT_NAMES}")
+                         f"grow_<bp>+<bp>+... (one per slot, 'none' for empty), optionally ending in @<step>, "
+                         f"<bp> one of {BLUEPRINT_NAMES}")
     if actor.per_slot and driver is not None and len(actor.plan) != driver.num_slots:
         raise ValueError(f"{arm}: {len(actor.plan)} blueprints, expected one per slot ({driver.num_slots}) or a "
                          "single grow_<bp>")

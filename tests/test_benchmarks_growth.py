@@ -71,3 +71,23 @@ def test_scripted_growth_plans_one_blueprint_per_slot():
         growth_screen.make_actor("grow_norm+norm+norm", None, 0).act(np.zeros((2, 4)), masks, np.ones(2, bool))
     with pytest.raises(ValueError, match="unknown arm"):
         growth_screen.make_actor("grow_none", None, 0)  # type: ignore[arg-type]
+
+
+def test_a_delayed_plan_waits_for_its_step_then_plants_and_counts_again_after_a_reset():
+    op_slot = np.zeros((2, len(Op), 2), bool)
+    op_slot[:, Op.WAIT] = op_slot[:, Op.GERMINATE, 0] = True
+    masks = ActionMasks(flat=np.ones((2, 1), bool), op_slot=op_slot)
+    actor = growth_screen.make_actor("grow_conv_light+none@2", None, 0)  # type: ignore[arg-type]
+    actor.reset(2)
+    ops = [actor.act(np.zeros((2, 4)), masks, np.array([t == 0, t in (0, 3)]))[:, Head.OP] for t in range(5)]
+    # steps 0 and 1 WAIT; env 1's episode restarts at step 3, so it plants two steps later than env 0
+    assert [int(o[0]) for o in ops] == [Op.WAIT, Op.WAIT, Op.GERMINATE, Op.GERMINATE, Op.GERMINATE]
+    assert [int(o[1]) for o in ops] == [Op.WAIT, Op.WAIT, Op.GERMINATE, Op.WAIT, Op.WAIT]
+    fossilizable = op_slot.copy()
+    fossilizable[:, Op.FOSSILIZE, 1] = True
+    actor.reset(2)
+    first = actor.act(np.zeros((2, 4)), ActionMasks(flat=masks.flat, op_slot=fossilizable), np.ones(2, bool))
+    assert (first[:, Head.OP] == Op.FOSSILIZE).all()  # the delay holds back planting only
+    for bad in ("grow_conv_light@x", "grow_conv_light@-1"):
+        with pytest.raises(ValueError, match="unknown arm"):
+            growth_screen.make_actor(bad, None, 0)  # type: ignore[arg-type]
