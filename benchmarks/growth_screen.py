@@ -28,6 +28,7 @@ run, named with the device.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import time
@@ -49,6 +50,7 @@ from esper_agent.report import mean_ci95
 from esper_agent.train import make_envs
 from esper_env.config import EnvConfig
 from esper_env.host import host_param_count
+from esper_env.rewards import parameter_cost
 from esper_env.spaces import BLUEPRINT_NAMES, Head, Op
 
 ENV_ID = "Esper-Synthetic-v0"
@@ -279,23 +281,31 @@ def write_summary(folder: Path) -> Path:
     return out
 
 
-def reprice(path: Path, config: str, param_penalty: float) -> tuple[str, dict[str, list[dict]]]:
-    """One config of a screen report replayed at another ``param_penalty``: a title and the episodes per arm.
+def reprice(path: Path, config: str, param_penalty: float, param_budget: int | None = None
+            ) -> tuple[str, dict[str, list[dict]]]:
+    """One config of a screen report replayed at another ``param_penalty`` (and ``param_budget``, whose
+    ``over_budget_penalty`` is the report's): a title and the episodes per arm.
 
     The screened policies never read the parameter price, and in reward mode ``accuracy`` without shaping the
-    price enters an episode's return only as ``- param_penalty * P_T / P_host``, so each recorded return is
-    shifted by ``(old - new) * P_T / P_host``; nothing is played again.
+    price enters an episode's return only as ``- parameter_cost(P_T)`` (``esper_env.rewards``), so each recorded
+    return is shifted by the old cost minus the new one; nothing is played again.
     """
     report = json.loads(path.read_text())
     entry = report["configs"][config]
     cfg = EnvConfig.from_kwargs(**{**gym.spec(report.get("env", ENV_ID)).kwargs, **entry["env_kwargs"]})
     if cfg.reward_mode != "accuracy" or cfg.pbrs_weight or cfg.op_cost or cfg.invalid_action_penalty:
         raise SystemExit(f"{path.name} {config}: only an unshaped 'accuracy' reward can be repriced")
-    shift = (cfg.param_penalty - param_penalty) / host_param_count(cfg.host_widths)
-    results = {arm: [e | {"episode_return": e["episode_return"] + shift * e["seed_params"]} for e in episodes]
+    new = dataclasses.replace(cfg, param_penalty=param_penalty, param_budget=param_budget)
+    host = host_param_count(cfg.host_widths)
+
+    def shift(params: float) -> float:
+        return parameter_cost(params, host, cfg) - parameter_cost(params, host, new)
+
+    results = {arm: [e | {"episode_return": e["episode_return"] + shift(e["seed_params"])} for e in episodes]
                for arm, episodes in entry["episodes"].items()}
+    budget = "" if param_budget is None else f" with param_budget {param_budget}"
     title = f"{report.get('env', ENV_ID)} {config} {json.dumps(entry['env_kwargs'])} repriced from param_penalty " \
-            f"{cfg.param_penalty} to {param_penalty} ({path.name})"
+            f"{cfg.param_penalty} to {param_penalty}{budget} ({path.name})"
     return title, results
 
 
@@ -325,6 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--summarize", type=Path, default=None, help="only rebuild summary.md of this results folder")
     p.add_argument("--reprice", nargs=3, metavar=("REPORT", "CONFIG", "PENALTY"), default=None,
                    help="only print a report's config at another param_penalty (recorded episodes, no play)")
+    p.add_argument("--budget", type=int, default=None, help="with --reprice: also a param_budget")
     return p
 
 
@@ -334,7 +345,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"written to {write_summary(args.summarize)}")
         return {}
     if args.reprice is not None:
-        print(table(*_summarized(reprice(Path(args.reprice[0]), args.reprice[1], float(args.reprice[2])))))
+        path, config, penalty = args.reprice
+        print(table(*_summarized(reprice(Path(path), config, float(penalty), args.budget))))
         return {}
     torch.set_num_threads(args.threads)
     report: dict[str, Any] = {"benchmark": "growth_screen", "env": args.env, "episodes": args.episodes,

@@ -94,6 +94,15 @@ class EnvConfig:
     """``"accuracy"`` (dense accuracy delta), ``"contribution"`` (counterfactual attribution) or ``"sparse"``."""
     param_penalty: float = 0.01
     """lambda_param: reward cost of seed parameters, per host-size worth of parameters (unitless)."""
+    param_budget: int | None = None
+    """Seed parameters the reward allows before ``over_budget_penalty`` applies too; None = no budget."""
+    over_budget_penalty: float = 1.0
+    """Reward cost of seed parameters above ``param_budget``, per host-size worth (on top of ``param_penalty``).
+
+    A linear price cannot ask for "the best accuracy at no more than B parameters": a bigger seed that gains
+    more outbids a small one at every price where either beats no growth (README, real-data screen). The hinge
+    makes every parameter past B cost a host-size worth at 1.0 (25 pp of return for 1,400 parameters over on a
+    5.5k host), so within the budget the price is ``param_penalty`` alone."""
     pbrs_weight: float = 0.0
     """Weight of the potential-based shaping term over lifecycle stages (0 = off)."""
     pbrs_gamma: float = 0.995
@@ -184,7 +193,8 @@ _CHOICES = {
     "execution": EXECUTION_MODES,
     "precision": PRECISIONS,
 }
-_NON_NEGATIVE = ("param_penalty", "op_cost", "invalid_action_penalty", "rollback_penalty", "weight_decay")
+_NON_NEGATIVE = ("param_penalty", "over_budget_penalty", "op_cost", "invalid_action_penalty", "rollback_penalty",
+                 "weight_decay")
 _POSITIVE = ("host_lr", "seed_lr", "divergence_loss", "sparse_scale", "sparse_clip")
 
 
@@ -208,6 +218,7 @@ def _validate(cfg: EnvConfig) -> None:
     _require(cfg, "slot_blocks", len(blocks) >= 1 and len(set(blocks)) == len(blocks)
              and all(0 <= b < len(cfg.host_widths) for b in blocks) and list(blocks) == sorted(blocks),
              f"distinct increasing block indices in [0, {len(cfg.host_widths)})")
+    _require(cfg, "param_budget", cfg.param_budget is None or cfg.param_budget >= 0, "None or an integer >= 0")
     _require(cfg, "max_seeds", cfg.max_seeds is None or 1 <= cfg.max_seeds <= cfg.num_slots,
              f"None or an integer in [1, {cfg.num_slots}]")
     _require(cfg, "stage_potentials", len(cfg.stage_potentials) == 8

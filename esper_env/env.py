@@ -75,7 +75,8 @@ class EsperEnv(gym.Env):
 
     ## Rewards
     Default ``reward_mode="accuracy"``: the change of validation accuracy (fraction) minus ``param_penalty``
-    times the change of alpha-weighted seed parameters relative to the host, plus optional stage shaping
+    times the change of alpha-weighted seed parameters relative to the host (plus ``over_budget_penalty`` on the
+    part past ``param_budget``, when one is set), plus optional stage shaping
     (``pbrs_weight``, discount ``pbrs_gamma``) and op costs; the return telescopes to final accuracy minus
     chance minus the parameter cost. ``"contribution"`` and ``"sparse"`` modes: see ``esper_env.rewards``.
     A governor rollback gives ``-rollback_penalty``.

@@ -9,7 +9,8 @@ of live and fossilized seeds, P_host the host's parameters and Phi the summed st
 so an episode's return telescopes to ``(A_T - A_0) - param_penalty * P_T / P_host`` plus the shaping sum (which
 does not change the optimal policy when the agent's gamma equals ``pbrs_gamma``: Phi is taken as 0 after the
 last step, so the discounted shaping sums to -Phi_0 = 0) minus the op costs. A_0 is chance accuracy (0.1): the
-untrained host is not measured at reset.
+untrained host is not measured at reset. With a ``param_budget`` B, the parameter cost ``param_penalty * P / P_host``
+becomes ``(param_penalty * P + over_budget_penalty * max(0, P - B)) / P_host`` in every mode; it still telescopes.
 
 Mode ``"contribution"`` replaces the accuracy delta by the counterfactual contributions of the seeds measured
 this step (sum, in fractions) and, on the step a seed is pruned, minus its last measured contribution (pruning
@@ -52,7 +53,7 @@ def step_reward(x: RewardInputs, cfg: EnvConfig) -> float:
     """The reward of one sub-env's step; finite for every config and every finite input."""
     if x.rollback:
         return -cfg.rollback_penalty
-    param_cost = cfg.param_penalty * _ratio(x.seed_params, x.host_params)
+    param_cost = parameter_cost(x.seed_params, x.host_params, cfg)
     if cfg.reward_mode == "sparse":
         if not x.last_step:
             return 0.0
@@ -62,7 +63,7 @@ def step_reward(x: RewardInputs, cfg: EnvConfig) -> float:
         progress = (sum(x.contributions) - x.pruned_contribution) / 100.0
     else:
         progress = x.accuracy - x.previous_accuracy
-    param_delta = param_cost - cfg.param_penalty * _ratio(x.previous_seed_params, x.host_params)
+    param_delta = param_cost - parameter_cost(x.previous_seed_params, x.host_params, cfg)
     # The episode's end is terminal for the task (its horizon is the host's training budget), and a terminal
     # state's potential is 0: otherwise the shaping would pay a bonus for the stages the seeds end in and would
     # no longer leave the optimal policy unchanged (Ng et al. 1999; the agent does not bootstrap truncations).
@@ -70,6 +71,12 @@ def step_reward(x: RewardInputs, cfg: EnvConfig) -> float:
     shaping = cfg.pbrs_weight * (cfg.pbrs_gamma * potential_now - x.previous_potential)
     costs = cfg.op_cost * x.executed_op + cfg.invalid_action_penalty * x.invalid
     return _finite(progress - param_delta + shaping - costs)
+
+
+def parameter_cost(seed_params: float, host_params: int, cfg: EnvConfig) -> float:
+    """The reward's price of ``seed_params`` seed parameters (fraction of accuracy), budget hinge included."""
+    over = 0.0 if cfg.param_budget is None else max(0.0, seed_params - cfg.param_budget)
+    return _ratio(cfg.param_penalty * seed_params + cfg.over_budget_penalty * over, host_params)
 
 
 def _ratio(numerator: float, denominator: float) -> float:

@@ -91,3 +91,17 @@ def test_a_delayed_plan_waits_for_its_step_then_plants_and_counts_again_after_a_
     for bad in ("grow_conv_light@x", "grow_conv_light@-1"):
         with pytest.raises(ValueError, match="unknown arm"):
             growth_screen.make_actor(bad, None, 0)  # type: ignore[arg-type]
+
+
+def test_reprice_with_a_budget_charges_only_the_parameters_past_it(tmp_path):
+    torch.set_num_threads(1)
+    growth_screen.main(["--configs", f"tiny={json.dumps(TINY)}", "--arms", "static", "grow_conv_light",
+                        "--episodes", "2", "--out", str(tmp_path)])
+    path = next(tmp_path.glob("growth_screen_cpu_*.json"))
+    _, plain = growth_screen.reprice(path, "tiny", 0.01)
+    _, budgeted = growth_screen.reprice(path, "tiny", 0.01, param_budget=100)
+    host = growth_screen.host_param_count(growth_screen.EnvConfig.from_kwargs(**TINY).host_widths)
+    for before, after in zip(plain["grow_conv_light"], budgeted["grow_conv_light"], strict=True):
+        over = max(0.0, before["seed_params"] - 100)  # at the default over_budget_penalty 1.0
+        assert over > 0 and after["episode_return"] == pytest.approx(before["episode_return"] - over / host)
+    assert budgeted["static"] == plain["static"]  # no seeds, nothing over budget

@@ -242,13 +242,15 @@ OUT_OF_RANGE: dict[str, st.SearchStrategy] = {
         "autoreset_mode": ("NextStep", "SameStep", "Disabled"), "execution": ("auto", "eager", "graph"),
         "precision": ("auto", "float32", "bfloat16")}.items()},
     **{name: NEGATIVE | NOT_FINITE for name in (
-        "param_penalty", "op_cost", "invalid_action_penalty", "rollback_penalty", "weight_decay")},
+        "param_penalty", "over_budget_penalty", "op_cost", "invalid_action_penalty", "rollback_penalty",
+        "weight_decay")},
     **{name: NON_POSITIVE | NOT_FINITE for name in ("host_lr", "seed_lr", "divergence_loss", "sparse_scale",
                                                      "sparse_clip")},
     "momentum": NEGATIVE | st.floats(min_value=1.0) | st.just(math.nan),
     "pbrs_gamma": NON_POSITIVE | st.floats(min_value=1.0, exclude_min=True) | st.just(math.nan),
     "pbrs_weight": NOT_FINITE, "fossilize_min_contribution": NOT_FINITE,
     "max_seeds": st.integers(max_value=0) | st.integers(min_value=4),
+    "param_budget": st.integers(max_value=-1),
     "host_widths": st.lists(st.integers(max_value=0), min_size=1, max_size=3) | st.just([]),
     "slot_blocks": st.sampled_from([[], [0, 0], [2, 1], [3], [-1]]),
     "stage_potentials": st.lists(st.floats(-1, 1), max_size=12).filter(lambda p: len(p) != 8)

@@ -17,7 +17,7 @@ import esper_env
 from esper_env import masks
 from esper_env.config import EnvConfig
 from esper_env.episode import Episode, Measurement, apply_action, finish_epoch
-from esper_env.rewards import RewardInputs, step_reward
+from esper_env.rewards import RewardInputs, parameter_cost, step_reward
 from esper_env.spaces import Head, Op, head_sizes
 
 SLOTS = 3
@@ -27,7 +27,8 @@ configs = st.builds(
     EnvConfig,
     dataset=st.just("synthetic"),
     reward_mode=st.sampled_from(["accuracy", "contribution", "sparse"]),
-    param_penalty=st.floats(0, 10), pbrs_weight=st.floats(-5, 5), pbrs_gamma=st.floats(0.01, 1.0),
+    param_penalty=st.floats(0, 10), param_budget=st.one_of(st.none(), st.integers(0, 10**6)),
+    over_budget_penalty=st.floats(0, 10), pbrs_weight=st.floats(-5, 5), pbrs_gamma=st.floats(0.01, 1.0),
     op_cost=st.floats(0, 1), invalid_action_penalty=st.floats(0, 1), rollback_penalty=st.floats(0, 10),
     sparse_scale=st.floats(1e-3, 100), sparse_clip=st.floats(1e-3, 10),
     auto_advance=st.booleans(), one_seed_incubating=st.booleans(), min_training_epochs=st.integers(0, 4),
@@ -113,8 +114,16 @@ def test_shaping_sums_to_zero_over_an_episode_whatever_the_stages_end_in():
     assert total == pytest.approx(0.0, abs=1e-12)
 
 
-def test_return_telescopes_to_final_accuracy_minus_parameter_cost(tiny):
-    env = gym.make("Esper-Synthetic-v0", **tiny)
+def test_the_budget_prices_only_the_parameters_past_it():
+    cfg = EnvConfig(dataset="synthetic", param_penalty=0.01, param_budget=300, over_budget_penalty=1.0)
+    assert parameter_cost(200, 1000, cfg) == pytest.approx(0.002)
+    assert parameter_cost(500, 1000, cfg) == pytest.approx(0.005 + 0.2)  # 200 past the budget at 1.0
+    assert parameter_cost(500, 1000, dataclasses.replace(cfg, param_budget=None)) == pytest.approx(0.005)
+
+
+@pytest.mark.parametrize("budget", [None, 0, 10**9])
+def test_return_telescopes_to_final_accuracy_minus_parameter_cost(tiny, budget):
+    env = gym.make("Esper-Synthetic-v0", **tiny, param_budget=budget, over_budget_penalty=0.5)
     env.reset(seed=2)
     total, info = 0.0, {}
     for t in range(tiny["max_epochs"]):
@@ -122,7 +131,8 @@ def test_return_telescopes_to_final_accuracy_minus_parameter_cost(tiny):
         _, reward, _, _, info = env.step(action)
         total += reward
     cfg, host = env.unwrapped.config, env.unwrapped.vector_env.host_params
-    expected = info["val_accuracy"] - 0.1 - cfg.param_penalty * info["seed_params"] / host
+    over = 0.0 if budget is None else max(0.0, info["seed_params"] - budget)
+    expected = info["val_accuracy"] - 0.1 - (cfg.param_penalty * info["seed_params"] + 0.5 * over) / host
     assert info["seed_params"] > 0 and total == pytest.approx(expected, abs=1e-9)
 
 
