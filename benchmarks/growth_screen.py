@@ -127,7 +127,7 @@ class ScriptedGrowthActor:
         op_slot = np.asarray(masks.op_slot)
         if self.per_slot and op_slot.shape[-1] != len(self.plan):
             raise ValueError(f"a plan for {len(self.plan)} slots, but the env has {op_slot.shape[-1]}")
-        if self.steps.shape != (obs.shape[0],):
+        if self.steps.shape != (obs.shape[0],):  # act() without reset() (a one-off call): count from here
             self.reset(obs.shape[0])
         self.steps = np.where(np.asarray(episode_start, bool), 0, self.steps)
         actions = np.stack([self._one(op_slot[i], self.steps[i] >= self.start_step) for i in range(obs.shape[0])])
