@@ -58,9 +58,14 @@ class Sb3Actor:
         del num_envs
 
     def act(self, obs: np.ndarray, masks: ActionMasks, episode_start: np.ndarray) -> np.ndarray:
-        flat = np.stack([joint_mask(m) for m in masks.op_slot]) if self.flatten else np.asarray(masks.flat)
+        flat = self._joint_masks(masks) if self.flatten else np.asarray(masks.flat)
         actions, _ = self.model.predict(obs, action_masks=flat, deterministic=True)
         return self.table[actions] if self.flatten else np.asarray(actions, dtype=np.int64)
+
+    @staticmethod
+    def _joint_masks(masks: ActionMasks) -> np.ndarray:
+        blueprint = [None] * len(masks.op_slot) if masks.blueprint is None else masks.blueprint
+        return np.stack([joint_mask(m, b) for m, b in zip(masks.op_slot, blueprint, strict=True)])
 
 
 def train_esper_agent(args: argparse.Namespace, seed: int) -> tuple[Any, list[dict]]:

@@ -85,7 +85,8 @@ DEFAULT_ARMS = ("static", "random", "heuristic", "grow_conv_heavy", "grow_conv_l
 
 class ScriptedGrowthActor:
     """FOSSILIZE the first slot that may be fossilized; else GERMINATE the slot's planned blueprint into the first
-    slot that may germinate and has one (linear blend at the fastest tempo); else WAIT. Reads only the masks.
+    slot that may germinate, has one and whose ``blueprint_mask`` (a hard parameter budget) allows it (linear
+    blend at the fastest tempo); else WAIT. Reads only the masks.
 
     ``blueprints`` is one blueprint name for every slot, or one name (or None: leave empty) per slot; nothing is
     germinated before the episode's ``start_step``-th step (counted from 0), FOSSILIZE is never held back."""
@@ -109,11 +110,15 @@ class ScriptedGrowthActor:
     def _blueprint(self, slot: int) -> int | None:
         return self.plan[slot] if self.per_slot else self.plan[0]
 
-    def _one(self, op_slot: np.ndarray, may_germinate: bool) -> np.ndarray:
+    def _plantable(self, slot: int, blueprint: np.ndarray | None) -> bool:
+        planned = self._blueprint(slot)
+        return planned is not None and (blueprint is None or bool(blueprint[slot, planned]))
+
+    def _one(self, op_slot: np.ndarray, may_germinate: bool, blueprint: np.ndarray | None = None) -> np.ndarray:
         action = np.zeros(len(Head), np.int64)
         fossilize = np.flatnonzero(op_slot[Op.FOSSILIZE])
         free = np.flatnonzero(op_slot[Op.GERMINATE]) if may_germinate else []
-        germinate = [s for s in free if self._blueprint(s) is not None]
+        germinate = [s for s in free if self._plantable(s, blueprint)]
         if fossilize.size:
             action[Head.OP], action[Head.SLOT] = Op.FOSSILIZE, fossilize[0]
         elif germinate:
@@ -130,7 +135,9 @@ class ScriptedGrowthActor:
         if self.steps.shape != (obs.shape[0],):  # act() without reset() (a one-off call): count from here
             self.reset(obs.shape[0])
         self.steps = np.where(np.asarray(episode_start, bool), 0, self.steps)
-        actions = np.stack([self._one(op_slot[i], self.steps[i] >= self.start_step) for i in range(obs.shape[0])])
+        blueprint = [None] * obs.shape[0] if masks.blueprint is None else np.asarray(masks.blueprint)
+        actions = np.stack([self._one(op_slot[i], self.steps[i] >= self.start_step, blueprint[i])
+                            for i in range(obs.shape[0])])
         self.steps += 1
         return actions
 

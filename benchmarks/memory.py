@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 import esper_env  # noqa: F401
-from benchmarks.throughput import CIFAR_SHAPED, device_name, random_policy
+from benchmarks.throughput import CIFAR_SHAPED, device_name, random_actions
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -32,8 +32,7 @@ def run(args: argparse.Namespace) -> dict:
     samples, start = [], time.perf_counter()
     for episode in range(args.episodes):
         for _ in range(args.episode_epochs):
-            actions = np.stack([random_policy(m, env.single_action_space.nvec, rng, wait=0.4)
-                                for m in info["op_slot_mask"]])
+            actions = random_actions(info, env.single_action_space.nvec, rng, wait=0.4)
             _, _, _, _, info = envs.step(actions)
         if on_cuda:
             torch.cuda.synchronize()  # sync: between episodes, for the reading only

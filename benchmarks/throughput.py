@@ -99,17 +99,31 @@ def plain_loop(num_envs: int, kwargs: dict, epochs: int) -> dict:
             "overhead_fraction": 0.0}
 
 
-def random_policy(op_slot: np.ndarray, nvec: np.ndarray, rng: np.random.Generator, wait: float) -> np.ndarray:
-    """A valid action: WAIT with probability ``wait``, else a uniformly chosen valid op and slot."""
+def random_policy(op_slot: np.ndarray, nvec: np.ndarray, rng: np.random.Generator, wait: float,
+                  blueprint_mask: np.ndarray | None = None) -> np.ndarray:
+    """A valid action: WAIT with probability ``wait``, else a uniformly chosen valid op and slot (and a blueprint
+    ``blueprint_mask`` allows in that slot, when given: a hard parameter budget)."""
     action = np.zeros(len(nvec), dtype=np.int64)
     ops = np.flatnonzero(op_slot[1:].any(axis=1)) + 1
     if ops.size == 0 or rng.random() < wait:
         return action
     op = Op(rng.choice(ops))
     action[Head.OP] = op
-    for head in HEAD_RELEVANCE[op] - {Head.OP}:
-        action[head] = rng.choice(np.flatnonzero(op_slot[op])) if head == Head.SLOT else rng.integers(nvec[head])
+    for head in sorted(HEAD_RELEVANCE[op] - {Head.OP}):  # in head order: the slot is known before the blueprint
+        if head == Head.SLOT:
+            action[head] = rng.choice(np.flatnonzero(op_slot[op]))
+        elif head == Head.BLUEPRINT and blueprint_mask is not None:
+            action[head] = rng.choice(np.flatnonzero(blueprint_mask[action[Head.SLOT]]))
+        else:
+            action[head] = rng.integers(nvec[head])
     return action
+
+
+def random_actions(info: dict, nvec: np.ndarray, rng: np.random.Generator, wait: float) -> np.ndarray:
+    """:func:`random_policy` for every sub-env of a vector ``info``."""
+    blueprints = info.get("blueprint_mask", [None] * len(info["op_slot_mask"]))
+    return np.stack([random_policy(m, nvec, rng, wait, b) for m, b in zip(info["op_slot_mask"], blueprints,
+                                                                           strict=True)])
 
 
 def env_run(num_envs: int, kwargs: dict, execution: str, steps: int, wait: float = 0.7) -> dict:
@@ -126,8 +140,7 @@ def env_run(num_envs: int, kwargs: dict, execution: str, steps: int, wait: float
         _sync(kwargs["device"])
         start, images = time.perf_counter(), 0
         for _ in range(count):
-            actions = np.stack([random_policy(m, env.single_action_space.nvec, rng, wait=wait)
-                                for m in info["op_slot_mask"]])
+            actions = random_actions(info, env.single_action_space.nvec, rng, wait=wait)
             _, _, _, _, info = envs.step(actions)
             trained = info.get("final_info", info)["images_trained"]
             images += int(np.asarray(trained).sum())

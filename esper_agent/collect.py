@@ -92,7 +92,9 @@ class EpisodeTracker:
 
 
 def masks_to_device(masks: ActionMasks, device: torch.device) -> ActionMasks:
-    return ActionMasks(torch.as_tensor(masks.op_slot, device=device), torch.as_tensor(masks.flat, device=device))
+    blueprint = None if masks.blueprint is None else torch.as_tensor(masks.blueprint, device=device)
+    return ActionMasks(torch.as_tensor(masks.op_slot, device=device), torch.as_tensor(masks.flat, device=device),
+                       blueprint)
 
 
 class Collector:

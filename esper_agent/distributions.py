@@ -4,7 +4,8 @@ Masking uses a large *finite* negative fill in float32 rather than -inf: exp() o
 so a masked value is never sampled, while ``0 * log p`` stays 0 instead of NaN and gradients stay finite.
 
 The factored action follows ``esper_env.spaces``: the op is sampled first; the slot head is then masked by
-``op_slot_mask[op]``; blueprint, blend and tempo read their slices of the flat mask. A head that does not matter
+``op_slot_mask[op]``; blueprint, blend and tempo read their slices of the flat mask, the blueprint also the
+``blueprint_mask`` row of the sampled slot when the env gives one (a hard parameter budget). A head that does not matter
 for the sampled op (``HEAD_RELEVANCE``) gets a one-hot mask on the placeholder value 0: a distribution with one
 valid value has log-prob, entropy and KL exactly 0, and the head's terms are also zeroed by the relevance
 table, so it contributes exactly nothing. The masks actually used are returned so that the PPO update rebuilds
@@ -73,10 +74,11 @@ class MaskedCategorical:
 
 
 class ActionMasks(NamedTuple):
-    """The two masks an Esper env puts in ``info`` (numpy on the host, tensors on the agent's device)."""
+    """The masks an Esper env puts in ``info`` (numpy on the host, tensors on the agent's device)."""
 
     op_slot: Tensor  # (B, num_ops, num_slots) bool: which slots each op may target
     flat: Tensor  # (B, sum(head_sizes)) bool: op mask, then each other head's marginal mask
+    blueprint: Tensor | None = None  # (B, num_slots, num_blueprints) bool: what GERMINATE may plant where; None = all
 
 
 class FactoredSample(NamedTuple):
@@ -107,7 +109,8 @@ def sample_factored(
     """Sample op first, then the other heads under the masks the op implies.
 
     ``logits[h]`` is (B, size_h) and ``relevance`` (num_ops, num_heads) bool. The masks are assumed validated
-    on the host (at least one op valid; a head's slice non-empty wherever an op that reads it is valid).
+    on the host (at least one op valid; a head's slice non-empty wherever an op that reads it is valid; for
+    every slot GERMINATE may target, some blueprint allowed by both the flat slice and ``masks.blueprint``).
     """
     sizes = [lg.shape[-1] for lg in logits]
     flat = torch.split(masks.flat, sizes, dim=-1)
@@ -123,6 +126,10 @@ def sample_factored(
     actions, used, log_prob = [op], [op_mask], op_dist.log_prob(op)
     for head in range(1, len(logits)):
         wanted = op_slot_of_op if head == Head.SLOT else flat[head]
+        if head == Head.BLUEPRINT and masks.blueprint is not None:
+            # The slot head comes first, so the blueprint can be masked for the slot actually sampled. The mask
+            # goes into ``used`` as it is, so evaluate_factored rebuilds this very distribution.
+            wanted = wanted & masks.blueprint[rows, actions[Head.SLOT]]
         mask = torch.where(relevant[:, head : head + 1], wanted, _one_hot_placeholder(batch, sizes[head], device))
         dist = MaskedCategorical(logits[head], mask, validate=False)
         value = dist.mode() if deterministic else dist.sample(generator)

@@ -144,7 +144,17 @@ class VectorEnvDriver:
         obs[done] = np.asarray(reset_obs, np.float32)[done]
         op_slot, flat = masks.op_slot.copy(), masks.flat.copy()
         op_slot[done], flat[done] = reset_masks.op_slot[done], reset_masks.flat[done]
-        return obs, ActionMasks(op_slot, flat)
+        return obs, ActionMasks(op_slot, flat, self._splice_blueprint(masks.blueprint, reset_masks.blueprint, done))
+
+    def _splice_blueprint(self, now: np.ndarray | None, reset: np.ndarray | None, done: np.ndarray
+                          ) -> np.ndarray | None:
+        """The blueprint mask with the rows ``done`` taken from ``reset``; a missing one allows every blueprint."""
+        if now is None and reset is None:
+            return None
+        allowed = np.ones((self.num_envs, self.num_slots, self.head_sizes[Head.BLUEPRINT]), bool)
+        spliced = allowed if now is None else now.copy()
+        spliced[done] = allowed[done] if reset is None else reset[done]
+        return spliced
 
     def masks_from_info(self, info: dict[str, Any], rows: np.ndarray | None = None) -> ActionMasks:
         """The masks in ``info`` (all values allowed if the env gives none), validated for ``rows``."""
@@ -164,9 +174,20 @@ class VectorEnvDriver:
         op_slot = np.asarray(op_slot, bool)
         if op_slot.shape != (n, len(Op), self.num_slots):
             raise ValueError(f"info['op_slot_mask'] has shape {op_slot.shape}; expected {(n, len(Op), self.num_slots)}")
-        masks = ActionMasks(op_slot, flat)
+        masks = ActionMasks(op_slot, flat, self._blueprint_from_info(info.get("blueprint_mask")))
         self.validate(masks, np.ones(n, bool) if rows is None else rows)
         return masks
+
+    def _blueprint_from_info(self, raw: Any) -> np.ndarray | None:
+        """``info["blueprint_mask"]`` checked for shape, or None when the env gives none (a third-party env: the
+        flat mask's blueprint part then says everything)."""
+        if raw is None:
+            return None
+        blueprint = np.asarray(raw, bool)
+        expected = (self.num_envs, self.num_slots, self.head_sizes[Head.BLUEPRINT])
+        if blueprint.shape != expected:
+            raise ValueError(f"info['blueprint_mask'] has shape {blueprint.shape}; expected {expected}")
+        return blueprint
 
     def validate(self, masks: ActionMasks, rows: np.ndarray) -> None:
         """Raise unless every sub-env in ``rows`` has a valid op and non-empty masks for the heads it reads."""
@@ -182,6 +203,19 @@ class VectorEnvDriver:
             for i in np.flatnonzero(needed & empty):
                 raise ValueError(f"sub-env {i}: action_mask allows no {Head(head).name.lower()} value although "
                                  f"an op that reads it is valid")
+        if masks.blueprint is not None:
+            self._validate_blueprint(masks, op_valid, offsets, rows)
+
+    def _validate_blueprint(self, masks: ActionMasks, op_valid: np.ndarray, offsets: np.ndarray,
+                            rows: np.ndarray) -> None:
+        """Every slot an op that reads the blueprint may target needs a blueprint both masks allow there."""
+        readers = op_valid & self.relevance[:, Head.BLUEPRINT]  # (N, num_ops)
+        targeted = (masks.op_slot & readers[:, :, None]).any(1)  # (N, num_slots)
+        marginal = masks.flat[:, offsets[Head.BLUEPRINT] : offsets[Head.BLUEPRINT + 1]]
+        plantable = (masks.blueprint & marginal[:, None, :]).any(-1)
+        for i, slot in np.argwhere(targeted & ~plantable & rows[:, None]):
+            raise ValueError(f"sub-env {i}: slot {slot} may be germinated but blueprint_mask "
+                             f"{masks.blueprint[i, slot].tolist()} and action_mask allow no blueprint there")
 
 
 __all__ = ["VectorEnvDriver", "EnvStep", "TELEMETRY_KEYS", "read_info", "autoreset_mode"]

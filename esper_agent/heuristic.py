@@ -11,7 +11,9 @@ Rules, checked in this order for each sub-env every step (the first that applies
    ``prune_below`` pp;
 3. GERMINATE into the first free slot when validation accuracy has plateaued (gained less than
    ``plateau_gain`` over the last ``plateau_epochs`` epochs) and enough of the episode is left for a seed to
-   incubate, blend and be judged; blueprints rotate through ``blueprints``;
+   incubate, blend and be judged; blueprints rotate through ``blueprints``. Under a hard parameter budget
+   (``blueprint_mask``) the rotation skips to the next blueprint the mask allows in that slot, the next free
+   slot is tried when it allows none, and nothing is planted when no free slot allows any;
 4. otherwise WAIT.
 """
 
@@ -54,23 +56,25 @@ class HeuristicActor:
         self.config = config or HeuristicConfig()
         self.fields = {f.name: f for f in observation_layout(num_slots)}
         self.num_slots = num_slots
-        self.planted = np.zeros(0, dtype=np.int64)
+        self.rotation = np.zeros(0, dtype=np.int64)  # per sub-env: position of the next blueprint in the rotation
 
     def reset(self, num_envs: int) -> None:
-        self.planted = np.zeros(num_envs, dtype=np.int64)
+        self.rotation = np.zeros(num_envs, dtype=np.int64)
 
     def act(self, obs: np.ndarray, masks, episode_start: np.ndarray) -> np.ndarray:
-        if self.planted.shape[0] != obs.shape[0]:
+        if self.rotation.shape[0] != obs.shape[0]:
             self.reset(obs.shape[0])
-        self.planted[np.asarray(episode_start, dtype=bool)] = 0
+        self.rotation[np.asarray(episode_start, dtype=bool)] = 0
         op_slot = np.asarray(masks.op_slot)
-        return np.stack([self._one(i, obs[i], op_slot[i]) for i in range(obs.shape[0])])
+        blueprint = masks.blueprint  # None: every blueprint may be planted anywhere
+        rows = [None] * obs.shape[0] if blueprint is None else np.asarray(blueprint)
+        return np.stack([self._one(i, obs[i], op_slot[i], rows[i]) for i in range(obs.shape[0])])
 
     def _value(self, obs: np.ndarray, name: str) -> np.ndarray:
         field = self.fields[name]
         return obs[field.start:field.start + field.size]
 
-    def _one(self, env: int, obs: np.ndarray, op_slot: np.ndarray) -> np.ndarray:
+    def _one(self, env: int, obs: np.ndarray, op_slot: np.ndarray, blueprint: np.ndarray | None) -> np.ndarray:
         action = np.zeros(len(Head), dtype=np.int64)
         for slot in range(self.num_slots):
             stage = int(np.argmax(self._value(obs, f"slot{slot}.stage")))
@@ -83,13 +87,28 @@ class HeuristicActor:
                     and op_slot[Op.PRUNE, slot]:
                 return _with(action, Op.PRUNE, slot)
         free = np.flatnonzero(op_slot[Op.GERMINATE])
-        if free.size and self._plateau(obs):
-            action = _with(action, Op.GERMINATE, int(free[0]))
-            name = self.config.blueprints[self.planted[env] % len(self.config.blueprints)]
-            action[Head.BLUEPRINT] = BLUEPRINT_NAMES.index(name)
+        planting = self._planting(env, free, blueprint) if free.size and self._plateau(obs) else None
+        if planting is not None:
+            slot, position = planting
+            action = _with(action, Op.GERMINATE, slot)
+            action[Head.BLUEPRINT] = self._rotation_blueprint(position)
             action[Head.BLEND], action[Head.TEMPO] = self.config.blend, self.config.tempo
-            self.planted[env] += 1
+            self.rotation[env] = position + 1  # the next planting continues after the blueprint used now
         return action
+
+    def _rotation_blueprint(self, position: int) -> int:
+        names = self.config.blueprints
+        return BLUEPRINT_NAMES.index(names[position % len(names)])
+
+    def _planting(self, env: int, free: np.ndarray, blueprint: np.ndarray | None) -> tuple[int, int] | None:
+        """The first free slot where the mask allows a blueprint of the rotation, and the rotation position of the
+        first one allowed there from the current position on; None when no free slot allows any."""
+        start = int(self.rotation[env])
+        for slot in free:
+            for position in range(start, start + len(self.config.blueprints)):
+                if blueprint is None or blueprint[slot, self._rotation_blueprint(position)]:
+                    return int(slot), position
+        return None
 
     def _plateau(self, obs: np.ndarray) -> bool:
         progress = self._value(obs, "progress")[0]

@@ -103,6 +103,13 @@ class EnvConfig:
     more outbids a small one at every price where either beats no growth (README, real-data screen). The hinge
     makes every parameter past B cost a host-size worth at 1.0 (25 pp of return for 1,400 parameters over on a
     5.5k host), so within the budget the price is ``param_penalty`` alone."""
+    param_budget_mask: bool = False
+    """True: GERMINATE of a blueprint whose seed would take the seed parameters past ``param_budget`` is masked
+    (a hard budget); needs ``param_budget``.
+
+    Seeds count at full size (alpha 1, gate included) and the candidate at its ungated size: the blend head is
+    chosen after the blueprint, so the mask cannot know whether a gate comes with it. A GATED planting may
+    therefore pass the budget by its gate's parameters, which the ``over_budget_penalty`` hinge still prices."""
     pbrs_weight: float = 0.0
     """Weight of the potential-based shaping term over lifecycle stages (0 = off)."""
     pbrs_gamma: float = 0.995
@@ -219,6 +226,7 @@ def _validate(cfg: EnvConfig) -> None:
              and all(0 <= b < len(cfg.host_widths) for b in blocks) and list(blocks) == sorted(blocks),
              f"distinct increasing block indices in [0, {len(cfg.host_widths)})")
     _require(cfg, "param_budget", cfg.param_budget is None or cfg.param_budget >= 0, "None or an integer >= 0")
+    _check_budget_mask(cfg)
     _require(cfg, "max_seeds", cfg.max_seeds is None or 1 <= cfg.max_seeds <= cfg.num_slots,
              f"None or an integer in [1, {cfg.num_slots}]")
     _require(cfg, "stage_potentials", len(cfg.stage_potentials) == 8
@@ -227,6 +235,13 @@ def _validate(cfg: EnvConfig) -> None:
         value = getattr(cfg, name)
         _require(cfg, name, value is None or value >= 1, "None or an integer >= 1")
     _require(cfg, "devices", cfg.devices is None or len(cfg.devices) >= 1, "None or a non-empty list of devices")
+
+
+def _check_budget_mask(cfg: EnvConfig) -> None:
+    # Not a range of one field but a pair: the mask has nothing to enforce without a budget.
+    if cfg.param_budget_mask and cfg.param_budget is None:
+        raise ValueError("param_budget_mask=True needs a budget, but param_budget=None; expected param_budget "
+                         "set to an integer >= 0, or param_budget_mask=False")
 
 
 def _finite(value: float) -> bool:

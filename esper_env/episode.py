@@ -67,9 +67,18 @@ class Episode:
 
 def seed_params(slots: tuple[SlotState, ...], param_table: np.ndarray) -> float:
     """Alpha-weighted parameters of live and fossilized seeds; ``param_table[slot, blueprint, gated]``."""
-    return float(sum(
-        s.alpha * param_table[i, s.blueprint, int(s.blend == GATED)] for i, s in enumerate(slots) if s.has_seed
-    ))
+    return float(sum(state.alpha * size for state, size in _seed_sizes(slots, param_table)))
+
+
+def full_seed_params(slots: tuple[SlotState, ...], param_table: np.ndarray) -> float:
+    """Parameters of live and fossilized seeds at full size (alpha 1, gates included): what they will weigh
+    once blended in, whatever their alpha now. The hard budget (``param_budget_mask``) counts this."""
+    return float(sum(size for _, size in _seed_sizes(slots, param_table)))
+
+
+def _seed_sizes(slots: tuple[SlotState, ...], param_table: np.ndarray) -> list[tuple[SlotState, float]]:
+    """Each seeded slot's state with its seed's parameter count (its blending gate included when gated)."""
+    return [(s, param_table[i, s.blueprint, int(s.blend == GATED)]) for i, s in enumerate(slots) if s.has_seed]
 
 
 def apply_action(episode: Episode, action: np.ndarray, valid: bool) -> tuple[list[ModuleChange], float]:

@@ -1,13 +1,21 @@
-"""Action masks, derived from the lifecycle's gates and nothing else; action validation.
+"""Action masks, derived from the lifecycle's gates and the parameter budget and nothing else; action validation.
 
-Two masks per sub-env, recomputed after every step:
+Three masks per sub-env, recomputed after every step:
 
+* ``blueprint_mask`` — bool ``(num_slots, num_blueprints)``: which blueprints GERMINATE may plant in each slot.
+  All True unless ``param_budget_mask`` is set; then a blueprint is allowed where the seed parameters at full
+  size plus the blueprint's ungated size stay within ``param_budget`` (see :func:`blueprint_mask`).
 * ``op_slot_mask`` — bool ``(num_ops, num_slots)``: exactly which slots each op may target. The WAIT row is all
-  True, because WAIT ignores the slot head, so no row of the flat mask is ever empty.
+  True, because WAIT ignores the slot head, so no row of the flat mask is ever empty. The GERMINATE row is False
+  where ``blueprint_mask`` allows no blueprint, so a valid op always has a valid value for every head it reads.
 * ``action_mask`` — bool ``(sum(nvec),)``: the op mask, then for each other head the values valid for *some*
   valid op (the marginal; what sb3-contrib's MaskablePPO reads). Because WAIT accepts any value of the heads it
-  ignores, the marginals of the non-op heads are all True: the flat mask is strictly weaker than
-  ``op_slot_mask``, and an action it allows may still be executed as WAIT (flagged ``invalid_action``).
+  ignores, the marginals of the slot, blend and tempo heads are all True. The blueprint marginal is all True too
+  unless GERMINATE is valid somewhere; then it is the union of ``blueprint_mask`` over the slots GERMINATE may
+  target (all True when nothing is over budget). Every valid action has a spelling the flat mask admits (once
+  the blueprint marginal is narrowed, a WAIT may need its ignored blueprint value from the union); the converse
+  fails: an action the flat mask allows may still be forbidden by the exact masks and is then executed as WAIT
+  (flagged ``invalid_action``).
 """
 
 from __future__ import annotations
@@ -16,12 +24,28 @@ import numpy as np
 
 from esper_env import lifecycle
 from esper_env.config import EnvConfig
+from esper_env.episode import full_seed_params
 from esper_env.lifecycle import SlotState
 from esper_env.spaces import HEAD_RELEVANCE, Head, Op, head_sizes
 
 
-def op_slot_mask(slots: tuple[SlotState, ...], cfg: EnvConfig) -> np.ndarray:
-    """Which slot each op may target, from the lifecycle gates."""
+def blueprint_mask(slots: tuple[SlotState, ...], cfg: EnvConfig, param_table: np.ndarray) -> np.ndarray:
+    """Which blueprints GERMINATE may plant in each slot: ``(num_slots, num_blueprints)`` bool.
+
+    With ``param_budget_mask``, blueprint ``b`` is allowed in slot ``s`` when the seeds already planted, counted at
+    full size, plus ``param_table[s, b, 0]`` stay within ``param_budget``. The candidate counts *ungated*: the blend
+    head is chosen after the blueprint, so a gated planting may pass the budget by its gate's parameters (which
+    the ``over_budget_penalty`` hinge still prices). ``param_table[slot, blueprint, gated]`` as in the vector env.
+    """
+    candidates = param_table[:, :, 0]
+    if not cfg.param_budget_mask:
+        return np.ones(candidates.shape, dtype=bool)
+    return full_seed_params(slots, param_table) + candidates <= cfg.param_budget
+
+
+def op_slot_mask(slots: tuple[SlotState, ...], cfg: EnvConfig, blueprints: np.ndarray | None = None) -> np.ndarray:
+    """Which slot each op may target, from the lifecycle gates; GERMINATE also needs a blueprint that
+    ``blueprints`` (a :func:`blueprint_mask`; None = every blueprint) allows in the slot."""
     mask = np.zeros((len(Op), len(slots)), dtype=bool)
     mask[Op.WAIT, :] = True
     for i, state in enumerate(slots):
@@ -29,11 +53,14 @@ def op_slot_mask(slots: tuple[SlotState, ...], cfg: EnvConfig) -> np.ndarray:
         mask[Op.ADVANCE, i] = lifecycle.may_advance(state, cfg)
         mask[Op.PRUNE, i] = lifecycle.may_prune(state, cfg)
         mask[Op.FOSSILIZE, i] = lifecycle.may_fossilize(state, cfg)
+    if blueprints is not None:
+        mask[Op.GERMINATE] &= blueprints.any(axis=1)
     return mask
 
 
-def flat_action_mask(op_slot: np.ndarray) -> np.ndarray:
-    """The per-head marginal mask, concatenated in head order (the MaskablePPO layout)."""
+def flat_action_mask(op_slot: np.ndarray, blueprints: np.ndarray | None = None) -> np.ndarray:
+    """The per-head marginal mask, concatenated in head order (the MaskablePPO layout). ``blueprints`` is the
+    :func:`blueprint_mask` (None = every blueprint allowed everywhere)."""
     sizes = head_sizes(op_slot.shape[1])
     valid_ops = op_slot.any(axis=1)
     parts = [valid_ops]
@@ -45,17 +72,28 @@ def flat_action_mask(op_slot: np.ndarray) -> np.ndarray:
             elif head == Head.SLOT:
                 head_valid |= op_slot[op]
             else:
-                head_valid[:] = True  # blueprint, blend and tempo are never restricted
+                head_valid[:] = True  # blend and tempo are never restricted; blueprint is narrowed below
         parts.append(head_valid)
+    if blueprints is not None and valid_ops[Op.GERMINATE]:
+        # GERMINATE is the only op that reads the blueprint. Narrowing the marginal to what it may plant steers a
+        # per-head masker (MaskablePPO on MultiDiscrete) away from over-budget blueprints; WAIT, which ignores the
+        # head, stays expressible with any of these values, and the union is never empty here.
+        parts[Head.BLUEPRINT] = blueprints[op_slot[Op.GERMINATE]].any(axis=0)
     return np.concatenate(parts)
 
 
-def is_valid(action: np.ndarray, op_slot: np.ndarray) -> bool:
-    """Whether one well-formed action is allowed: its op may target its slot (the other heads are free)."""
+def is_valid(action: np.ndarray, op_slot: np.ndarray, blueprints: np.ndarray | None = None) -> bool:
+    """Whether one well-formed action is allowed: its op may target its slot and, for GERMINATE, ``blueprints``
+    (None = every blueprint) allows its blueprint there. Heads the op ignores are free."""
     op = int(action[Head.OP])
     if Head.SLOT not in HEAD_RELEVANCE[Op(op)]:
         return True
-    return bool(op_slot[op, int(action[Head.SLOT])])
+    slot = int(action[Head.SLOT])
+    if not op_slot[op, slot]:
+        return False
+    if blueprints is not None and Head.BLUEPRINT in HEAD_RELEVANCE[Op(op)]:
+        return bool(blueprints[slot, int(action[Head.BLUEPRINT])])
+    return True
 
 
 def validate_actions(actions: object, num_envs: int, nvec: np.ndarray) -> np.ndarray:

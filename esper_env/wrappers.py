@@ -3,8 +3,9 @@
 sb3-contrib's MaskablePPO masks each head of a ``MultiDiscrete`` independently, so it can only see the
 marginal masks and may pick an op/slot pair that is invalid. Flattening the heads into one ``Discrete`` over
 the canonical joint actions (WAIT once; GERMINATE x slot x blueprint x blend x tempo; ADVANCE, PRUNE,
-FOSSILIZE x slot) makes the flat mask exact, so a flat-mask algorithm can be compared fairly. Heads an op does
-not read are fixed to 0 in the canonical action. 199 joint actions with the default 3 slots.
+FOSSILIZE x slot) makes the flat mask exact (it reads ``op_slot_mask`` and, when the env gives one,
+``blueprint_mask``), so a flat-mask algorithm can be compared fairly. Heads an op does not read are fixed to 0
+in the canonical action. 199 joint actions with the default 3 slots.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import VectorActionWrapper, VectorEnv
 
-from esper_env.spaces import HEAD_RELEVANCE, Head, Op, head_sizes
+from esper_env.spaces import HEAD_RELEVANCE, Head, Op, head_sizes, relevance_matrix
 
 
 @functools.cache
@@ -34,10 +35,23 @@ def joint_actions(num_slots: int) -> np.ndarray:
     return table
 
 
-def joint_mask(op_slot: np.ndarray) -> np.ndarray:
-    """Exact validity of every joint action, from one sub-env's ``op_slot_mask``."""
+def joint_mask(op_slot: np.ndarray, blueprint_mask: np.ndarray | None = None) -> np.ndarray:
+    """Exact validity of every joint action, from one sub-env's ``op_slot_mask`` and ``blueprint_mask``
+    (bool ``(num_slots, num_blueprints)``; None = every blueprint allowed in every slot)."""
     table = joint_actions(op_slot.shape[1])
-    return op_slot[table[:, Head.OP], table[:, Head.SLOT]]
+    mask = op_slot[table[:, Head.OP], table[:, Head.SLOT]]
+    if blueprint_mask is not None:
+        # Only the ops that read the blueprint answer to its mask; the others hold the placeholder 0 there.
+        reads = relevance_matrix()[table[:, Head.OP], Head.BLUEPRINT]
+        mask &= ~reads | blueprint_mask[table[:, Head.SLOT], table[:, Head.BLUEPRINT]]
+    return mask
+
+
+def joint_masks(info: dict[str, Any]) -> np.ndarray:
+    """:func:`joint_mask` of every sub-env of a vector ``info`` (``blueprint_mask`` is optional there)."""
+    blueprints = info.get("blueprint_mask")
+    return np.stack([joint_mask(m, None if blueprints is None else blueprints[i])
+                     for i, m in enumerate(info["op_slot_mask"])])
 
 
 class FlattenActions(gym.ActionWrapper):
@@ -61,7 +75,7 @@ class FlattenActions(gym.ActionWrapper):
         return obs, reward, terminated, truncated, self._remask(info)
 
     def _remask(self, info: dict[str, Any]) -> dict[str, Any]:
-        self._mask = joint_mask(info["op_slot_mask"])
+        self._mask = joint_mask(info["op_slot_mask"], info.get("blueprint_mask"))
         return {**info, "action_mask": self._mask.copy()}
 
     def action_masks(self) -> np.ndarray:
@@ -93,7 +107,7 @@ class FlattenVectorActions(VectorActionWrapper):
         return obs, rewards, terminated, truncated, self._remask(info)
 
     def _remask(self, info: dict[str, Any]) -> dict[str, Any]:
-        self._masks = np.stack([joint_mask(m) for m in info["op_slot_mask"]])
+        self._masks = joint_masks(info)
         return {**info, "action_mask": self._masks.copy()}
 
     def action_masks(self) -> np.ndarray:

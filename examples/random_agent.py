@@ -15,14 +15,19 @@ import esper_env  # noqa: F401  (registers the Esper ids)
 from esper_env.spaces import HEAD_RELEVANCE, Head
 
 
-def sample_valid(op_slot_mask: np.ndarray, nvec: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Pick a valid op, then a slot that op may target, then any value for the other heads it reads."""
+def sample_valid(op_slot_mask: np.ndarray, nvec: np.ndarray, rng: np.random.Generator,
+                 blueprint_mask: np.ndarray | None = None) -> np.ndarray:
+    """Pick a valid op, then a slot that op may target, then any value for the other heads it reads; the
+    blueprint among those ``blueprint_mask`` (``info["blueprint_mask"]``, a hard parameter budget) allows in
+    that slot."""
     op = rng.choice(np.flatnonzero(op_slot_mask.any(axis=1)))
     action = np.zeros(len(nvec), dtype=np.int64)
     action[Head.OP] = op
-    for head in HEAD_RELEVANCE[op]:
+    for head in sorted(HEAD_RELEVANCE[op]):  # in head order: the slot is known before the blueprint
         if head == Head.SLOT:
             action[head] = rng.choice(np.flatnonzero(op_slot_mask[op]))
+        elif head == Head.BLUEPRINT and blueprint_mask is not None:
+            action[head] = rng.choice(np.flatnonzero(blueprint_mask[action[Head.SLOT]]))
         elif head != Head.OP:
             action[head] = rng.integers(nvec[head])
     return action
@@ -43,7 +48,9 @@ def main(argv: list[str] | None = None) -> None:
     _, info = envs.reset(seed=args.seed)
     returns, finished = np.zeros(args.num_envs), 0
     while finished < args.episodes * args.num_envs:
-        actions = np.stack([sample_valid(m, nvec, rng) for m in info["op_slot_mask"]])
+        blueprints = info.get("blueprint_mask", [None] * args.num_envs)
+        actions = np.stack([sample_valid(m, nvec, rng, b) for m, b in zip(info["op_slot_mask"], blueprints,
+                                                                           strict=True)])
         _, rewards, terminated, truncated, info = envs.step(actions)
         assert not info["invalid_action"].any()
         returns += rewards

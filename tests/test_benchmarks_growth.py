@@ -73,6 +73,20 @@ def test_scripted_growth_plans_one_blueprint_per_slot():
         growth_screen.make_actor("grow_none", None, 0)  # type: ignore[arg-type]
 
 
+def test_scripted_growth_plants_only_what_the_blueprint_mask_allows():
+    op_slot = np.zeros((2, len(Op), 3), bool)
+    op_slot[:, Op.WAIT] = op_slot[:, Op.GERMINATE] = True
+    blueprint = np.ones((2, 3, len(BLUEPRINT_NAMES)), bool)
+    conv_heavy = BLUEPRINT_NAMES.index("conv_heavy")
+    blueprint[0, 0, conv_heavy] = False  # over budget in slot 0 only: the next free slot takes it
+    blueprint[1, :, conv_heavy] = False  # over budget everywhere: WAIT
+    masks = ActionMasks(flat=np.ones((2, 1), bool), op_slot=op_slot, blueprint=blueprint)
+    actions = growth_screen.ScriptedGrowthActor("conv_heavy").act(np.zeros((2, 4)), masks, np.ones(2, bool))
+    assert actions[0, Head.OP] == Op.GERMINATE and actions[0, Head.SLOT] == 1
+    assert actions[0, Head.BLUEPRINT] == conv_heavy
+    assert actions[1, Head.OP] == Op.WAIT
+
+
 def test_a_delayed_plan_waits_for_its_step_then_plants_and_counts_again_after_a_reset():
     op_slot = np.zeros((2, len(Op), 2), bool)
     op_slot[:, Op.WAIT] = op_slot[:, Op.GERMINATE, 0] = True

@@ -251,6 +251,7 @@ OUT_OF_RANGE: dict[str, st.SearchStrategy] = {
     "pbrs_weight": NOT_FINITE, "fossilize_min_contribution": NOT_FINITE,
     "max_seeds": st.integers(max_value=0) | st.integers(min_value=4),
     "param_budget": st.integers(max_value=-1),
+    "param_budget_mask": st.just(True),  # alone, i.e. with the default param_budget=None: nothing to enforce
     "host_widths": st.lists(st.integers(max_value=0), min_size=1, max_size=3) | st.just([]),
     "slot_blocks": st.sampled_from([[], [0, 0], [2, 1], [3], [-1]]),
     "stage_potentials": st.lists(st.floats(-1, 1), max_size=12).filter(lambda p: len(p) != 8)

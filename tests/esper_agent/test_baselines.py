@@ -36,6 +36,26 @@ def test_random_valid_is_uniform_over_joint_actions() -> None:
     assert all(a[0] != Op.GERMINATE or a[2] in (0, 1) for a in counts)
 
 
+def test_random_valid_weights_slots_by_the_blueprints_they_allow() -> None:
+    """Under a blueprint mask the joint actions stay equally likely: a slot that allows one blueprint gets a
+    third of the GERMINATE draws of a slot that allows three, and a forbidden blueprint is never drawn."""
+    op_slot = np.zeros((1, len(Op), 2), bool)
+    op_slot[0, Op.WAIT] = True
+    op_slot[0, Op.GERMINATE] = [True, True]
+    flat = np.ones((1, sum(SIZES)), bool)
+    flat[0, : len(Op)] = op_slot[0].any(-1)
+    blueprint = np.zeros((1, 2, 7), bool)
+    blueprint[0, 0, 3] = True
+    blueprint[0, 1, [0, 1, 2]] = True
+    masks = ActionMasks(op_slot, flat, blueprint)
+    actor, draws = RandomValidActor(SIZES, seed=1), 11100
+    counts = Counter(tuple(actor.act(np.zeros((1, 3)), masks, np.ones(1, bool))[0]) for _ in range(draws))
+    # WAIT (1) + GERMINATE x (slot 0: 1 blueprint + slot 1: 3 blueprints) x 3 blends x 3 tempos (36) = 37 actions.
+    assert len(counts) == 37
+    assert all(abs(c / draws - 1 / 37) < 0.008 for c in counts.values())
+    assert all(a[0] != Op.GERMINATE or blueprint[0, a[1], a[2]] for a in counts)
+
+
 def test_baselines_play_valid_episodes() -> None:
     driver = VectorEnvDriver(gym.make_vec(toy_env.ENV_ID, num_envs=3, autoreset_mode="SameStep"))
     for actor in (RandomValidActor(driver.head_sizes, seed=1), StaticActor()):

@@ -145,3 +145,28 @@ def test_loss_terms_finite_on_adversarial_masks(scale: float) -> None:
     assert torch.isfinite(loss)
     assert all(torch.isfinite(lg.grad).all() for lg in logits)
     assert (ev.log_prob > MASK_FILL / 2).all()  # a sampled value is never a masked one
+
+
+def test_the_blueprint_mask_applies_to_the_sampled_slot() -> None:
+    """With ``ActionMasks.blueprint``, GERMINATE draws its blueprint among those allowed in the slot it drew, the
+    stored mask says so, and evaluating the stored mask gives back the sample's log-prob."""
+    g = torch.Generator().manual_seed(5)
+    batch = 512
+    masks = random_masks(batch, g)
+    blueprint = torch.rand(batch, NUM_SLOTS, SIZES[Head.BLUEPRINT], generator=g) < 0.3
+    blueprint[:, :, 1] |= ~blueprint.any(-1)  # the env never offers GERMINATE where no blueprint is allowed
+    masks = masks._replace(blueprint=blueprint)
+    rows, start = torch.arange(batch), sum(SIZES[:2])
+    germinated = 0
+    for _ in range(20):
+        logits = [torch.randn(batch, n, generator=g) * 5 for n in SIZES]  # sharp: masking must win over them
+        sample = sample_factored(logits, masks, RELEVANCE, g)
+        germinate = sample.action[:, Head.OP] == Op.GERMINATE
+        slot, drawn = sample.action[:, Head.SLOT], sample.action[:, Head.BLUEPRINT]
+        assert blueprint[rows, slot, drawn][germinate].all()
+        used = sample.used_mask[:, start : start + SIZES[Head.BLUEPRINT]]
+        assert torch.equal(used[germinate], blueprint[rows, slot][germinate])  # the flat part is all True here
+        evaluated = evaluate_factored(logits, sample.used_mask, sample.action, RELEVANCE)
+        assert torch.allclose(evaluated.log_prob, sample.log_prob)
+        germinated += int(germinate.sum())
+    assert germinated > 500

@@ -16,14 +16,18 @@ from hypothesis import strategies as st
 import esper_env
 from esper_env import masks
 from esper_env.config import EnvConfig
-from esper_env.episode import Episode, Measurement, apply_action, finish_epoch
+from esper_env.episode import GATED, Episode, Measurement, apply_action, finish_epoch, full_seed_params
 from esper_env.rewards import RewardInputs, parameter_cost, step_reward
-from esper_env.spaces import Head, Op, head_sizes
+from esper_env.seeds import seed_param_count
+from esper_env.spaces import BLUEPRINT_NAMES, Head, Op, head_sizes
 
 SLOTS = 3
 NVEC = np.array(head_sizes(SLOTS))
+PARAM_TABLE = np.array([[[seed_param_count(b, c, False), seed_param_count(b, c, True)]
+                         for b in range(len(BLUEPRINT_NAMES))] for c in EnvConfig().host_widths], dtype=float)
+"""``[slot, blueprint, gated]`` parameters for the default host (one slot after each block), as the env builds it."""
 
-configs = st.builds(
+unmasked_configs = st.builds(
     EnvConfig,
     dataset=st.just("synthetic"),
     reward_mode=st.sampled_from(["accuracy", "contribution", "sparse"]),
@@ -37,12 +41,36 @@ configs = st.builds(
 )
 
 
-def _random_valid_action(op_slot: np.ndarray, data: st.DataObject) -> np.ndarray:
+def _with_budget_mask(drawn: tuple[EnvConfig, bool, int]) -> EnvConfig:
+    cfg, masked, budget = drawn
+    # A budget of the seeds' own scale (0 to about two conv_heavy at 32 channels), so the mask binds often.
+    return dataclasses.replace(cfg, param_budget=budget, param_budget_mask=True) if masked else cfg
+
+
+configs = st.tuples(unmasked_configs, st.booleans(), st.integers(0, 40_000)).map(_with_budget_mask)
+
+
+def _random_valid_action(op_slot: np.ndarray, blueprints: np.ndarray, data: st.DataObject) -> np.ndarray:
+    """An action the exact masks allow; a head the op ignores takes a value its flat marginal admits."""
     ops = np.flatnonzero(op_slot.any(axis=1)).tolist()
     op = data.draw(st.sampled_from(ops))
     slot = data.draw(st.sampled_from(np.flatnonzero(op_slot[op]).tolist()))
-    rest = [data.draw(st.integers(0, int(n) - 1)) for n in NVEC[2:]]
-    return np.array([op, slot, *rest], dtype=np.int64)
+    if op == Op.GERMINATE:
+        allowed = blueprints[slot]
+    else:
+        allowed = masks.flat_action_mask(op_slot, blueprints)[sum(NVEC[:2]) : sum(NVEC[:3])]
+    blueprint = data.draw(st.sampled_from(np.flatnonzero(allowed).tolist()))
+    rest = [data.draw(st.integers(0, int(n) - 1)) for n in NVEC[3:]]
+    return np.array([op, slot, blueprint, *rest], dtype=np.int64)
+
+
+def _ungated_seed_params(ep: Episode) -> float:
+    return float(sum(PARAM_TABLE[i, s.blueprint, 0] for i, s in enumerate(ep.slots) if s.has_seed))
+
+
+def _gate_params(ep: Episode) -> float:
+    return float(sum(PARAM_TABLE[i, s.blueprint, 1] - PARAM_TABLE[i, s.blueprint, 0]
+                     for i, s in enumerate(ep.slots) if s.has_seed and s.blend == GATED))
 
 
 def _measurement(data: st.DataObject) -> Measurement:
@@ -60,19 +88,26 @@ def _measurement(data: st.DataObject) -> Measurement:
 @given(cfg=configs, data=st.data())
 def test_any_masked_action_sequence_is_legal(cfg, data):
     """Apply 30 steps of actions drawn from the masks to the pure episode logic: nothing ever raises, WAIT is
-    always valid, and the flat mask admits every action the exact mask admits."""
+    always valid, a slot GERMINATE may target has a blueprint, the flat mask admits a spelling of every action
+    the exact masks admit, and under a hard budget the seeds' ungated sizes never pass it (gates may add theirs)."""
     ep = Episode.fresh(SLOTS)
     for _ in range(30):
-        op_slot = masks.op_slot_mask(ep.slots, cfg)
+        blueprints = masks.blueprint_mask(ep.slots, cfg, PARAM_TABLE)
+        op_slot = masks.op_slot_mask(ep.slots, cfg, blueprints)
         assert op_slot[Op.WAIT].all()
-        action = _random_valid_action(op_slot, data)
-        assert masks.is_valid(action, op_slot)
-        flat = masks.flat_action_mask(op_slot)
+        assert blueprints[op_slot[Op.GERMINATE]].any(axis=1).all()
+        assert cfg.param_budget_mask or blueprints.all()
+        action = _random_valid_action(op_slot, blueprints, data)
+        assert masks.is_valid(action, op_slot, blueprints)
+        flat = masks.flat_action_mask(op_slot, blueprints)
         offsets = np.concatenate([[0], np.cumsum(NVEC)[:-1]])
         assert all(flat[offsets[h] + action[h]] for h in Head)
         apply_action(ep, action, valid=True)
         finish_epoch(ep, _measurement(data), cfg)
         assert sum(s.has_seed for s in ep.slots) <= cfg.seed_limit
+        if cfg.param_budget_mask:
+            assert _ungated_seed_params(ep) <= cfg.param_budget
+            assert full_seed_params(ep.slots, PARAM_TABLE) <= cfg.param_budget + _gate_params(ep)
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,0 +1,144 @@
+"""``param_budget_mask``: a hard parameter budget enforced by masking GERMINATE, not by pricing it."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from sb3_contrib.common.maskable.utils import get_action_masks
+
+import esper_env  # noqa: F401  (registers the ids)
+from esper_env.config import EnvConfig
+from esper_env.lifecycle import Stage
+from esper_env.sb3 import make_sb3_env
+from esper_env.seeds import seed_param_count
+from esper_env.spaces import BLUEPRINT_NAMES, Head, Op, head_sizes
+from esper_env.wrappers import joint_actions, joint_mask
+
+ID = "Esper-Synthetic-v0"
+CHANNELS = EnvConfig().host_widths  # one slot after each block: slot s has host_widths[s] channels
+BUDGET = 600
+"""Fits some blueprints in every slot and not others: in slot 0 (8 channels) all but bottleneck (704) and
+conv_heavy (1184); in slot 2 (32 channels) only norm (65) and attention (552)."""
+BLUEPRINT_PART = slice(sum(head_sizes(3)[:2]), sum(head_sizes(3)[:3]))  # the flat mask's blueprint slice
+
+
+def _fits(budget: float, used: float = 0.0) -> np.ndarray:
+    """The mask the arithmetic gives: each blueprint's ungated size in each slot, next to the room left."""
+    sizes = np.array([[seed_param_count(b, c) for b in range(len(BLUEPRINT_NAMES))] for c in CHANNELS])
+    return used + sizes <= budget
+
+
+def _germinate(slot: int, blueprint: str, blend: int = 0) -> np.ndarray:
+    return np.array([Op.GERMINATE, slot, BLUEPRINT_NAMES.index(blueprint), blend, 0], dtype=np.int64)
+
+
+WAIT = np.zeros(5, dtype=np.int64)
+
+
+@pytest.fixture
+def budgeted(tiny: dict) -> gym.Env:
+    # one_seed_incubating off: the mask, not the incubation rule, decides where a second seed may go.
+    return gym.make(ID, **tiny, param_budget=BUDGET, param_budget_mask=True, one_seed_incubating=False)
+
+
+def test_blueprint_mask_is_the_budget_arithmetic(budgeted):
+    _, info = budgeted.reset(seed=0)
+    np.testing.assert_array_equal(info["blueprint_mask"], _fits(BUDGET))
+    assert 0 < info["blueprint_mask"].sum() < info["blueprint_mask"].size  # the budget fits some, not all
+    np.testing.assert_array_equal(budgeted.unwrapped.blueprint_mask(), info["blueprint_mask"])
+    _, _, _, _, info = budgeted.step(_germinate(0, "conv_small"))
+    assert not info["invalid_action"] and info["stage"][0] != Stage.DORMANT
+    # The new seed counts at full size although its alpha is still 0 (seed_params, alpha-weighted, says 0).
+    used = seed_param_count(BLUEPRINT_NAMES.index("conv_small"), CHANNELS[0])
+    assert info["seed_params"] == 0.0
+    np.testing.assert_array_equal(info["blueprint_mask"], _fits(BUDGET, used))
+    assert (info["blueprint_mask"] != _fits(BUDGET)).any()
+
+
+def test_a_germinate_the_mask_forbids_runs_as_wait(budgeted):
+    _, info = budgeted.reset(seed=1)
+    conv_heavy = BLUEPRINT_NAMES.index("conv_heavy")
+    assert info["op_slot_mask"][Op.GERMINATE, 0] and not info["blueprint_mask"][0, conv_heavy]
+    _, _, _, _, info = budgeted.step(_germinate(0, "conv_heavy"))
+    assert info["invalid_action"] and info["executed_op"] == Op.WAIT and info["executed_slot"] == -1
+    assert info["seed_params"] == 0.0 and info["stage"].tolist() == [Stage.DORMANT] * 3
+    _, _, _, _, info = budgeted.step(_germinate(0, "conv_light"))  # allowed: the same slot takes a smaller seed
+    assert not info["invalid_action"] and info["stage"][0] != Stage.DORMANT
+
+
+def test_germinate_is_masked_where_no_blueprint_fits(tiny):
+    env = gym.make(ID, **tiny, param_budget=60, param_budget_mask=True)  # norm fits slots 0 and 1 only (17, 33)
+    _, info = env.reset(seed=0)
+    assert info["blueprint_mask"][:2].any(axis=1).all() and not info["blueprint_mask"][2].any()
+    assert info["op_slot_mask"][Op.GERMINATE].tolist() == [True, True, False]
+    _, _, _, _, info = env.step(_germinate(2, "norm"))
+    assert info["invalid_action"] and info["stage"][2] == Stage.DORMANT
+
+
+def test_the_flat_blueprint_part_is_the_union_over_germinable_slots(budgeted):
+    _, info = budgeted.reset(seed=0)
+    union = info["blueprint_mask"][info["op_slot_mask"][Op.GERMINATE]].any(axis=0)
+    assert not union.all()  # bottleneck and conv_heavy fit no slot
+    np.testing.assert_array_equal(info["action_mask"][BLUEPRINT_PART], union)
+    np.testing.assert_array_equal(budgeted.unwrapped.action_masks()[BLUEPRINT_PART], union)
+    _, _, _, _, info = budgeted.step(_germinate(0, "conv_light"))  # 592: 8 left, less than any seed
+    assert not info["blueprint_mask"].any() and not info["op_slot_mask"][Op.GERMINATE].any()
+    assert info["action_mask"][BLUEPRINT_PART].all()  # no GERMINATE: WAIT ignores the head, any value goes
+
+
+def test_vector_info_carries_the_mask_for_every_sub_env(tiny):
+    venv = gym.make_vec(ID, num_envs=2, **tiny, param_budget=BUDGET, param_budget_mask=True)
+    _, info = venv.reset(seed=0)
+    assert info["blueprint_mask"].shape == (2, 3, len(BLUEPRINT_NAMES)) and info["_blueprint_mask"].all()
+    _, _, _, _, info = venv.step(np.stack([_germinate(0, "conv_light"), WAIT]))
+    assert info["_blueprint_mask"].all()
+    np.testing.assert_array_equal(info["blueprint_mask"][1], _fits(BUDGET))
+    assert not info["blueprint_mask"][0, 0, BLUEPRINT_NAMES.index("attention")]  # 592 + 76 > 600
+    np.testing.assert_array_equal(venv.unwrapped.blueprint_masks(), info["blueprint_mask"])
+
+
+def test_without_the_flag_every_blueprint_is_allowed(tiny):
+    env = gym.make(ID, **tiny, param_budget=0)  # a budget that nothing fits, but only priced
+    _, info = env.reset(seed=0)
+    assert info["blueprint_mask"].shape == (3, len(BLUEPRINT_NAMES)) and info["blueprint_mask"].all()
+    _, _, _, _, info = env.step(_germinate(0, "conv_heavy"))
+    assert not info["invalid_action"] and info["blueprint_mask"].all()
+    assert info["action_mask"][BLUEPRINT_PART].all()
+
+
+def test_the_mask_needs_a_budget():
+    with pytest.raises(ValueError, match=r"^param_budget_mask=True .*param_budget=None"):
+        EnvConfig(param_budget_mask=True)
+    with pytest.raises(ValueError, match=r"^param_budget_mask=True"):
+        gym.make(ID, param_budget_mask=True)
+    assert EnvConfig(param_budget_mask=True, param_budget=0).param_budget_mask
+
+
+def test_joint_mask_reads_the_blueprint_mask():
+    op_slot = np.zeros((len(Op), 3), bool)
+    op_slot[Op.WAIT] = op_slot[Op.GERMINATE] = op_slot[Op.PRUNE, 1] = True
+    blueprints = _fits(BUDGET)
+    table = joint_actions(3)
+    mask = joint_mask(op_slot, blueprints)
+    germinate = table[:, Head.OP] == Op.GERMINATE
+    np.testing.assert_array_equal(mask[germinate], blueprints[table[germinate, Head.SLOT], table[germinate, 2]])
+    np.testing.assert_array_equal(mask[~germinate], joint_mask(op_slot)[~germinate])  # the others ignore it
+    assert joint_mask(op_slot)[germinate].all()  # None: unrestricted
+
+
+def test_the_flat_sb3_adapter_masks_over_budget_joint_actions(tiny):
+    env = make_sb3_env(ID, 2, flatten=True, seed=0, **{**tiny, "max_epochs": 3}, param_budget=BUDGET,
+                       param_budget_mask=True)
+    env.reset()
+    table, masks = joint_actions(3), get_action_masks(env)
+    germinate = table[:, Head.OP] == Op.GERMINATE
+    over = germinate & ~_fits(BUDGET)[table[:, Head.SLOT], table[:, Head.BLUEPRINT]]
+    assert over.any() and not masks[:, over].any() and masks[:, germinate & ~over].all()
+    forbidden = int(np.flatnonzero(over)[0])
+    _, _, _, infos = env.step(np.array([forbidden, forbidden]))
+    assert all(info["invalid_action"] for info in infos)
+    marginal = make_sb3_env(ID, 2, flatten=False, seed=0, **{**tiny, "max_epochs": 3}, param_budget=BUDGET,
+                            param_budget_mask=True)
+    marginal.reset()
+    np.testing.assert_array_equal(get_action_masks(marginal), marginal.vector_env.action_masks())
