@@ -198,7 +198,8 @@ def paired(a: list[dict], b: list[dict], key: str) -> list[float]:
 
 
 def summarize(results: dict[str, list[dict]]) -> dict[str, dict[str, Any]]:
-    """Per arm: means with CIs, paired differences to static and to the best growth arm (by return)."""
+    """Per arm: means with CIs, paired differences to static, to the heuristic's test accuracy (the goal's
+    yardstick) and to the best growth arm (by return)."""
     growth = [arm for arm in results if arm not in ("static", "random")]
     best = max(growth, key=lambda arm: np.mean([e["episode_return"] for e in results[arm]]), default=None)
     summary: dict[str, dict[str, Any]] = {}
@@ -214,6 +215,8 @@ def summarize(results: dict[str, list[dict]]) -> dict[str, dict[str, Any]]:
             row["accuracy_minus_static"] = paired(episodes, results["static"], "final_accuracy")
             if tested:
                 row["test_minus_static"] = paired(episodes, results["static"], "test_accuracy")
+        if tested and "heuristic" in results:
+            row["test_minus_heuristic"] = paired(episodes, results["heuristic"], "test_accuracy")
         if best is not None:
             row["best_growth_arm"] = best
             row["return_minus_best_growth"] = paired(episodes, results[best], "episode_return")
@@ -230,7 +233,8 @@ def table(name: str, summary: dict[str, dict[str, Any]]) -> str:
     """Markdown: one row per arm; returns and accuracies in percentage points."""
     lines = [f"### {name}", "", "| arm | return (pp) | final val acc (%) | test acc (%) | seed params | "
              "return − static (paired) | val acc − static (paired) | test acc − static (paired) | "
-             "return − best growth (paired) |", "|---|---|---|---|---|---|---|---|---|"]
+             "test acc − heuristic (paired) | return − best growth (paired) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     missing = [math.nan] * 2
     for arm, row in summary.items():
         cells = [_cell(row["episode_return"], 100), _cell(row["final_accuracy"], 100),
@@ -238,6 +242,7 @@ def table(name: str, summary: dict[str, dict[str, Any]]) -> str:
                  f"{row['seed_params'][0]:.0f}", _cell(row.get("return_minus_static", missing), 100),
                  _cell(row.get("accuracy_minus_static", missing), 100),
                  _cell(row["test_minus_static"], 100) if "test_minus_static" in row else "—",
+                 _cell(row["test_minus_heuristic"], 100) if "test_minus_heuristic" in row else "—",
                  _cell(row.get("return_minus_best_growth", missing), 100)]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -268,20 +273,22 @@ def parse_config(text: str) -> tuple[str, dict[str, Any]]:
 
 
 def write_summary(folder: Path) -> Path:
-    """``summary.md`` in ``folder``: the tables of every config in every ``growth_screen_*.json`` there (a config
-    screened twice: the later file wins), from the stored episodes."""
+    """``summary.md`` in ``folder``: the tables of every config in every ``growth_screen_*.json`` there, from the
+    stored episodes, one table per (file, config): a screen split over several processes (one per GPU) writes one
+    file each, and arms are paired only within a file."""
     configs: dict[str, dict[str, Any]] = {}
     for path in sorted(folder.glob("growth_screen_*.json")):
         report = json.loads(path.read_text())
         for name, entry in report["configs"].items():
             env_id = report.get("env", ENV_ID)
-            configs[f"{env_id} {name}"] = entry | {"file": path.name, "episodes_per_arm": report["episodes"],
-                                                   "env_id": env_id,
-                                                   "device": report.get("device_name", report.get("device", "cpu"))}
+            configs[f"{path.name} {env_id} {name}"] = entry | {
+                "file": path.name, "episodes_per_arm": report["episodes"], "env_id": env_id, "name": name,
+                "device": report.get("device_name", report.get("device", "cpu"))}
     parts = ["# Growth screen (paired episodes; pp = percentage points, ± = 95% CI)\n"]
-    for name, entry in configs.items():
+    for entry in configs.values():
         kwargs, count = json.dumps(entry["env_kwargs"]), entry["episodes_per_arm"]
-        title = f"{name} {kwargs}: {count} paired episodes on {entry['device']} ({entry['file']})"
+        title = (f"{entry['env_id']} {entry['name']} {kwargs}: {count} paired episodes on {entry['device']} "
+                 f"({entry['file']})")
         parts.append(table(title, summarize(entry["episodes"])))
     out = folder / "summary.md"
     out.write_text("\n".join(parts))

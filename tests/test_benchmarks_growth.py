@@ -32,6 +32,11 @@ def test_screen_pairs_arms_and_writes_json(tmp_path):
     assert grown["episode_return"] == pytest.approx(grown["final_accuracy"] - 0.1, abs=1e-6)
     _, same = growth_screen.reprice(path, "tiny", 0.01)  # the screen's own price changes nothing
     assert same == written["configs"]["tiny"]["episodes"]
+    # a screen split over processes writes one file each with the same config name: both tables stay
+    path.with_name("growth_screen_cpu_99999999-000000.json").write_text(path.read_text())
+    summary_md = growth_screen.write_summary(tmp_path).read_text()
+    assert summary_md.count("Esper-Synthetic-v0 tiny ") == 2
+    assert path.name in summary_md and "growth_screen_cpu_99999999-000000.json" in summary_md
 
 
 def test_scripted_growth_fossilizes_before_it_germinates():
@@ -119,3 +124,16 @@ def test_reprice_with_a_budget_charges_only_the_parameters_past_it(tmp_path):
         over = max(0.0, before["seed_params"] - 100)  # at the default over_budget_penalty 1.0
         assert over > 0 and after["episode_return"] == pytest.approx(before["episode_return"] - over / host)
     assert budgeted["static"] == plain["static"]  # no seeds, nothing over budget
+
+
+def test_summary_pairs_test_accuracy_with_the_heuristic():
+    def episodes(tests: list[float]) -> list[dict]:
+        return [{"env": i, "episode_return": 0.4, "final_accuracy": 0.5, "seed_params": 0.0, "rollback": False,
+                 "test_accuracy": t} for i, t in enumerate(tests)]
+
+    results = {"static": episodes([0.50, 0.52]), "heuristic": episodes([0.54, 0.55]),
+               "grow_conv_light": episodes([0.55, 0.57])}
+    summary = growth_screen.summarize(results)
+    assert summary["grow_conv_light"]["test_minus_heuristic"][0] == pytest.approx(0.015)
+    assert summary["heuristic"]["test_minus_heuristic"][0] == 0.0
+    assert "test_minus_heuristic" not in growth_screen.summarize({"static": results["static"]})["static"]
