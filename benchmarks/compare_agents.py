@@ -138,8 +138,9 @@ def make_actor(arm: str, args: argparse.Namespace, seed: int) -> tuple[Any, list
 def evaluate(actor: Any, args: argparse.Namespace, seed: int) -> tuple[list[dict], list[EpisodeRecord]]:
     """One episode per sub-env of a fresh evaluation env; test accuracy measured at each episode's end."""
     n = args.eval_episodes
-    envs = gym.make_vec(args.env, num_envs=n, autoreset_mode="SameStep", report_test_accuracy=True,
-                        **args.env_kwargs)
+    # the evaluation's own settings win over --env-kwargs (which may name them too, e.g. report_test_accuracy)
+    kwargs = args.env_kwargs | {"autoreset_mode": "SameStep", "report_test_accuracy": True}
+    envs = gym.make_vec(args.env, num_envs=n, **kwargs)
     driver = VectorEnvDriver(envs)
     recorder = TimelineRecorder(driver, envs.unwrapped.config.max_epochs)
     records = run_episodes(driver, actor, n, EVAL_SEED_OFFSET + seed, on_step=recorder)

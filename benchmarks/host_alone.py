@@ -22,7 +22,9 @@ from benchmarks.throughput import device_name
 
 
 def run(env_id: str, seeds: int, kwargs: dict) -> dict:
-    envs = gym.make_vec(env_id, num_envs=seeds, report_test_accuracy=True, autoreset_mode="Disabled", **kwargs)
+    # the run's own settings win over the caller's kwargs, which may name them too
+    own = {"report_test_accuracy": True, "autoreset_mode": "Disabled"}
+    envs = gym.make_vec(env_id, num_envs=seeds, **(kwargs | own))
     envs.reset(seed=0)
     curve, start, info = [], time.perf_counter(), {}
     for _ in range(envs.unwrapped.config.max_epochs):

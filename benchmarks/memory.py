@@ -25,7 +25,7 @@ from benchmarks.throughput import CIFAR_SHAPED, device_name, random_actions
 def run(args: argparse.Namespace) -> dict:
     kwargs = {**CIFAR_SHAPED, **json.loads(args.env_kwargs), "device": args.device,
               "max_epochs": args.episode_epochs, "train_images_per_epoch": args.train_images}
-    envs = gym.make_vec(args.env, num_envs=args.num_envs, autoreset_mode="SameStep", **kwargs)
+    envs = gym.make_vec(args.env, num_envs=args.num_envs, **(kwargs | {"autoreset_mode": "SameStep"}))
     env, rng = envs.unwrapped, np.random.default_rng(0)
     _, info = envs.reset(seed=0)
     on_cuda = args.device.startswith("cuda")

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--env-kwargs", type=json.loads, default={}, help="JSON dict of env arguments")
     args = parser.parse_args(argv)
 
-    envs = gym.make_vec(args.env, num_envs=args.num_envs, autoreset_mode="SameStep", **args.env_kwargs)
+    envs = gym.make_vec(args.env, num_envs=args.num_envs, **(args.env_kwargs | {"autoreset_mode": "SameStep"}))
     nvec = envs.single_action_space.nvec
     rng = np.random.default_rng(args.seed)
     _, info = envs.reset(seed=args.seed)

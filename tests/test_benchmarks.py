@@ -10,8 +10,9 @@ import torch
 from benchmarks import compare_agents, compare_report, grouped, host_alone
 from esper_env.host import HostModel
 
+# report_test_accuracy may be named in --env-kwargs: evaluation measures the test set whatever it says
 TINY = {"device": "cpu", "max_epochs": 3, "synthetic_train_size": 256, "synthetic_val_size": 128,
-        "synthetic_test_size": 128, "batch_size": 64}
+        "synthetic_test_size": 128, "batch_size": 64, "report_test_accuracy": False}
 
 
 def test_compare_agents_writes_resumable_slices_and_the_report(tmp_path, capsys):
@@ -22,6 +23,7 @@ def test_compare_agents_writes_resumable_slices_and_the_report(tmp_path, capsys)
     folder = tmp_path / "Esper-Synthetic-v0"
     slice_ = json.loads((folder / "heuristic" / "seed1.json").read_text())
     assert len(slice_["episodes"]) == 2 and slice_["episodes"][0]["length"] == 3
+    assert all(0.0 <= e["test_accuracy"] <= 1.0 for e in slice_["episodes"])
     assert (folder / "heuristic" / "seed0-sheet.png").exists()
     compare_agents.main(args)  # every slice exists: nothing is recomputed
     assert capsys.readouterr().out.count("exists: skipped") == 4
