@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Run a campaign longer than one device call (10 min) in the background on the GPU machine, and collect it.
-# The machine stays warm only about 30 s between calls, so `start` returns at once and each `poll` call waits up to
-# the given seconds (default 540), then packs the results folder into $OUT/res.tgz (the JSON and logs; images stay behind, because a
-# folder with every episode's PNG is too large to come back). Run the next poll straight after the last one.
+# The machine stays warm only about 30 s between calls, so `start` returns at once and each `poll` call waits up
+# to the given seconds (default 540), then packs the results folder into $OUT/res.tgz: the JSON and logs; images
+# stay behind, because a folder with every episode's PNG is too large to come back. Poll again straight away.
 # Usage: RES=/tmp/res bash benchmarks/background.sh start <command...>   (the command writes under $RES)
 #        RES=/tmp/res OUT=<folder> bash benchmarks/background.sh poll [seconds]
 set -uo pipefail
