@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU session for slices of the head-to-head on real CIFAR-10 (benchmarks.compare_agents; slices are resumable).
-# Usage: ESPER_DATA_DIR=<shards> [R=<results folder>] [SEEDS="0 1"] [BUDGET=4000] [NUM_ENVS=8] [ENV_KWARGS='{}'] \
+# Usage: ESPER_DATA_DIR=<shards> [R=<results folder>] [SEEDS="0 1"] [BUDGET=4000] [NUM_ENVS=8] [EVAL=8] \
+#          [ENV_KWARGS='{}'] \
 #          [AGENT='{...}'] [LABEL=...] bash benchmarks/gpu_compare.sh baselines|agent|maskable_flat|maskable_multidiscrete
 #        ... [ARMS="esper_agent maskable_flat ..."] [GPU_OFFSET=0] bash benchmarks/gpu_compare.sh spread
 # agent: the recipe that learned on Esper-Synthetic-v0 (benchmarks/results/agent_vs_random_gpu/summary.md) unless
@@ -23,7 +24,8 @@ compare() {  # compare <arms> <seeds> [extra args...]: one compare_agents proces
   local arms=$1 seeds=$2
   shift 2
   python3 -m benchmarks.compare_agents --env "$ENV_ID" --env-kwargs "${ENV_KWARGS:-{\}}" --arms $arms \
-    --seeds $seeds --num-envs "${NUM_ENVS:-8}" --budget-epochs "${BUDGET:-4000}" --out "$R" "$@"
+    --seeds $seeds --num-envs "${NUM_ENVS:-8}" --budget-epochs "${BUDGET:-4000}" --eval-episodes "${EVAL:-8}" \
+    --out "$R" "$@"
 }
 
 deal() {  # deal <arms...>: every (arm, seed) its own process, round-robin over the visible GPUs; wait for all
