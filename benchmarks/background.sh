@@ -3,10 +3,10 @@
 # The machine stays warm only about 30 s between calls, so `start` returns at once and each `poll` call waits up
 # to the given seconds (default 540), then packs the results folder into $OUT/res.tgz: the JSON and logs; images
 # stay behind, because a folder with every episode's PNG is too large to come back. Poll again straight away.
-# Usage: RES=/tmp/res bash benchmarks/background.sh start <command...>   (the command writes under $RES)
-#        RES=/tmp/res OUT=<folder> bash benchmarks/background.sh poll [seconds]
+# Usage: RES=<results folder> bash benchmarks/background.sh start <command...>   (the command writes under $RES)
+#        RES=<results folder> OUT=<folder that comes back> bash benchmarks/background.sh poll [seconds]
 set -uo pipefail
-RES=${RES:-/tmp/res}
+: "${RES:?set RES to the folder the campaign writes its results in}"
 case ${1:-} in
   start)
     shift

@@ -41,7 +41,7 @@ from esper_agent.trainer import Trainer
 from esper_env.config import EnvConfig
 from esper_env.render import EpisodeRecord, write_contact_sheet, write_episode_png
 from esper_env.spaces import head_sizes
-from esper_env.wrappers import joint_actions, joint_mask
+from esper_env.wrappers import joint_actions, joint_masks
 
 ARMS = ("esper_agent", "maskable_flat", "maskable_multidiscrete", "heuristic", "random", "static")
 LEARNING_ARMS = ("esper_agent", "maskable_flat", "maskable_multidiscrete")
@@ -58,14 +58,9 @@ class Sb3Actor:
         del num_envs
 
     def act(self, obs: np.ndarray, masks: ActionMasks, episode_start: np.ndarray) -> np.ndarray:
-        flat = self._joint_masks(masks) if self.flatten else np.asarray(masks.flat)
+        flat = joint_masks(masks.op_slot, masks.blueprint) if self.flatten else np.asarray(masks.flat)
         actions, _ = self.model.predict(obs, action_masks=flat, deterministic=True)
         return self.table[actions] if self.flatten else np.asarray(actions, dtype=np.int64)
-
-    @staticmethod
-    def _joint_masks(masks: ActionMasks) -> np.ndarray:
-        blueprint = [None] * len(masks.op_slot) if masks.blueprint is None else masks.blueprint
-        return np.stack([joint_mask(m, b) for m, b in zip(masks.op_slot, blueprint, strict=True)])
 
 
 def train_esper_agent(args: argparse.Namespace, seed: int) -> tuple[Any, list[dict]]:

@@ -107,9 +107,10 @@ class EnvConfig:
     """True: GERMINATE of a blueprint whose seed would take the seed parameters past ``param_budget`` is masked
     (a hard budget); needs ``param_budget``.
 
-    Seeds count at full size (alpha 1, gate included) and the candidate at its ungated size: the blend head is
-    chosen after the blueprint, so the mask cannot know whether a gate comes with it. A GATED planting may
-    therefore pass the budget by its gate's parameters, which the ``over_budget_penalty`` hinge still prices."""
+    Seeds count at full size (alpha 1, gate included) and the candidate at its ungated size: the mask is per
+    (slot, blueprint) and the blend is another head, so it cannot say whether a gate comes with it. A GATED
+    planting may therefore pass the budget by its gate's parameters (one gate at most: nothing is planted once
+    past it), which the ``over_budget_penalty`` hinge still prices."""
     pbrs_weight: float = 0.0
     """Weight of the potential-based shaping term over lifecycle stages (0 = off)."""
     pbrs_gamma: float = 0.995

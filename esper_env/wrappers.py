@@ -47,11 +47,11 @@ def joint_mask(op_slot: np.ndarray, blueprint_mask: np.ndarray | None = None) ->
     return mask
 
 
-def joint_masks(info: dict[str, Any]) -> np.ndarray:
-    """:func:`joint_mask` of every sub-env of a vector ``info`` (``blueprint_mask`` is optional there)."""
-    blueprints = info.get("blueprint_mask")
-    return np.stack([joint_mask(m, None if blueprints is None else blueprints[i])
-                     for i, m in enumerate(info["op_slot_mask"])])
+def joint_masks(op_slot: np.ndarray, blueprint_mask: np.ndarray | None = None) -> np.ndarray:
+    """:func:`joint_mask` of every sub-env: ``op_slot`` ``(N, num_ops, num_slots)``, ``blueprint_mask``
+    ``(N, num_slots, num_blueprints)`` or None."""
+    return np.stack([joint_mask(m, None if blueprint_mask is None else blueprint_mask[i])
+                     for i, m in enumerate(op_slot)])
 
 
 class FlattenActions(gym.ActionWrapper):
@@ -107,7 +107,7 @@ class FlattenVectorActions(VectorActionWrapper):
         return obs, rewards, terminated, truncated, self._remask(info)
 
     def _remask(self, info: dict[str, Any]) -> dict[str, Any]:
-        self._masks = joint_masks(info)
+        self._masks = joint_masks(info["op_slot_mask"], info.get("blueprint_mask"))
         return {**info, "action_mask": self._masks.copy()}
 
     def action_masks(self) -> np.ndarray:
