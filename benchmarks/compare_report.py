@@ -5,11 +5,14 @@
 Per arm, each seed contributes the mean over its evaluation episodes; the table gives the mean over seeds with
 a 95% Student-t confidence interval. "Gain per 1k params" is (test accuracy - static's) in percentage points per
 1,000 added seed parameters (alpha-weighted, at the end of the episode); it is noise-dominated where an arm adds
-few parameters, so the table also gives the difference to static itself. "Return" is the env's own return (the
+few parameters, so the table also gives the difference to static itself. "− heuristic, paired" is the mean
+over the seeds both arms ran of (arm − heuristic), with its 95% CI: a seed's evaluation episodes start from the
+same reset seeds in every arm, so pairing removes the episodes' shared luck. "Return" is the env's own return (the
 objective the learning arms maximise, in percentage points); "grown" is the most common set of seeds alive at
-the end of an evaluation episode, slot by slot, with its share of episodes. Writes ``summary.json``,
-``table.md``, ``curves.png`` and, for each learning arm whose slices recorded the PPO telemetry (esper_agent),
-``telemetry-<arm>.png`` (op histogram, entropy per head, KL, explained variance per update) into the folder.
+the end of an evaluation episode, slot by slot, with its share of episodes. A second table gives every
+(arm, seed). Writes ``summary.json``, ``table.md``, ``curves.png`` and, for each learning arm whose slices
+recorded the PPO telemetry (esper_agent), ``telemetry-<arm>.png`` (op histogram, entropy per head, KL, explained
+variance per update) into the folder.
 """
 
 from __future__ import annotations
@@ -52,6 +55,17 @@ def _per_seed(slices: list[dict], key: str) -> list[float]:
     return out
 
 
+def paired_difference(slices: list[dict], reference: list[dict]) -> tuple[float, float, int]:
+    """Mean and 95% CI half-width over the seeds both ran of (test accuracy - the reference's), and their count."""
+    theirs = dict(zip((r["seed"] for r in reference), _per_seed(reference, "test_accuracy"), strict=True))
+    ours = dict(zip((s["seed"] for s in slices), _per_seed(slices, "test_accuracy"), strict=True))
+    diffs = [ours[seed] - theirs[seed] for seed in sorted(ours.keys() & theirs.keys())]
+    if not diffs:
+        return math.nan, math.nan, 0
+    mean, half = mean_ci95(diffs)
+    return mean, half, len(diffs)
+
+
 def _slot_at_end(blueprint: int, stage: int) -> str:
     """A slot's seed at the end of an episode: its blueprint, starred while not yet fossilized; '-' if none."""
     if Stage.GERMINATED <= stage <= Stage.HOLDING:
@@ -77,15 +91,22 @@ def summarize(arms: dict[str, list[dict]]) -> list[dict]:
         ret, ret_half = mean_ci95(_per_seed(slices, "return"))
         params = float(np.nanmean(_per_seed(slices, "seed_params")))
         gain = 100 * (test - static) / (params / 1000) if params > 0 and math.isfinite(static) else math.nan
+        reference = arms.get("heuristic", []) if arm != "heuristic" else []
+        paired, paired_half, pairs = paired_difference(slices, reference)
         rows.append({
             "arm": arm, "seeds": sorted(s["seed"] for s in slices), "test_accuracy": test, "test_ci95": half,
-            "test_minus_static": test - static, "return": ret, "return_ci95": ret_half, "grown": grown(slices),
+            "test_minus_static": test - static, "test_minus_heuristic_paired": paired,
+            "test_minus_heuristic_ci95": paired_half, "paired_seeds": pairs, "return": ret, "return_ci95": ret_half,
+            "grown": grown(slices),
             "val_accuracy": float(np.nanmean(_per_seed(slices, "val_accuracy"))), "seed_params": params,
             "gain_pp_per_1k_params": gain, "invalid_rate": float(np.nanmean(_per_seed(slices, "invalid_rate"))),
             "budget_host_epochs": slices[0]["budget_host_epochs"], "rollbacks": int(sum(
                 e["rollback"] for s in slices for e in s["episodes"])),
             "seconds_per_seed": float(np.mean([s["train_seconds"] + s["eval_seconds"] for s in slices])),
             "devices": sorted({s["device"] for s in slices}), "episodes_per_seed": len(slices[0]["episodes"]),
+            "per_seed": [{"seed": s["seed"], "test_accuracy": t, "seed_params": p, "grown": grown([s])}
+                         for s, t, p in zip(slices, _per_seed(slices, "test_accuracy"),
+                                            _per_seed(slices, "seed_params"), strict=True)],
         })
     return rows
 
@@ -101,16 +122,23 @@ def markdown(rows: list[dict], env: str) -> str:
     lines = [f"Env {env}; devices {devices}; {rows[0]['episodes_per_seed']} evaluation episodes per "
              "seed; mean over seeds with a 95% CI; grown: the most common seeds at the end of an episode, slot by "
              "slot (* = not fossilized), with its share of episodes.", "",
-             "| arm | seeds | test accuracy % | − static (pp) | return (pp) | seed params | gain pp / 1k params | "
-             "grown | invalid actions % | budget (host epochs) | rollbacks | wall s / seed |",
-             "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+             "| arm | seeds | test accuracy % | − static (pp) | − heuristic, paired (pp) | return (pp) | seed params | "
+             "gain pp / 1k params | grown | invalid actions % | budget (host epochs) | rollbacks | wall s / seed |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
     for r in rows:
         gain = "n/a" if not math.isfinite(r["gain_pp_per_1k_params"]) else f"{r['gain_pp_per_1k_params']:+.2f}"
         delta = "n/a" if not math.isfinite(r["test_minus_static"]) else f"{100 * r['test_minus_static']:+.2f}"
+        paired = ("n/a" if not math.isfinite(r["test_minus_heuristic_paired"])
+                  else f"{100 * r['test_minus_heuristic_paired']:+.2f}{ci(r['test_minus_heuristic_ci95'])}")
         lines.append(f"| {r['arm']} | {len(r['seeds'])} | {pct(r['test_accuracy'])}{ci(r['test_ci95'])} | {delta} | "
-                     f"{pct(r['return'])}{ci(r['return_ci95'])} | {r['seed_params']:.0f} | {gain} | {r['grown']} | "
+                     f"{paired} | {pct(r['return'])}{ci(r['return_ci95'])} | {r['seed_params']:.0f} | {gain} | "
+                     f"{r['grown']} | "
                      f"{pct(r['invalid_rate'])} | {r['budget_host_epochs']} | "
                      f"{r['rollbacks']} | {r['seconds_per_seed']:.0f} |")
+    lines += ["", "Per seed (mean over its evaluation episodes):", "",
+              "| arm | seed | test accuracy % | seed params | grown |", "|---|---:|---:|---:|---|"]
+    lines += [f"| {r['arm']} | {p['seed']} | {pct(p['test_accuracy'])} | {p['seed_params']:.0f} | {p['grown']} |"
+              for r in rows for p in r["per_seed"]]
     return "\n".join(lines) + "\n"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -90,3 +91,16 @@ def test_the_report_names_the_seeds_grown_slot_by_slot():
     slices = [{"episode_records": [record([6, 5], [5, 3]), record([6, 5], [5, 3]), record([-1, 2], [7, 5])]}]
     assert compare_report.grown(slices) == "conv_heavy, conv_light* (67%)"  # 5 = FOSSILIZED, 3 = BLENDING
     assert compare_report.grown([{"episodes": []}]) == "n/a"
+
+
+def test_the_paired_difference_uses_only_the_seeds_both_arms_ran():
+    def slice_(seed, *accuracies):
+        return {"seed": seed, "episodes": [{"test_accuracy": a} for a in accuracies]}
+
+    arm = [slice_(0, 0.50, 0.52), slice_(1, 0.60), slice_(3, 0.90)]
+    heuristic = [slice_(0, 0.50), slice_(1, 0.58), slice_(2, 0.10)]
+    mean, half, pairs = compare_report.paired_difference(arm, heuristic)
+    assert pairs == 2 and mean == pytest.approx(0.015)  # seed 0: +0.01, seed 1: +0.02; seeds 2 and 3 unpaired
+    assert half > 0
+    mean, _, pairs = compare_report.paired_difference(arm, [])
+    assert pairs == 0 and math.isnan(mean)
