@@ -7,7 +7,8 @@ a 95% Student-t confidence interval. "Gain per 1k params" is (test accuracy - st
 1,000 added seed parameters (alpha-weighted, at the end of the episode); it is noise-dominated where an arm adds
 few parameters, so the table also gives the difference to static itself. "− heuristic, paired" is the mean
 over the seeds both arms ran of (arm − heuristic), with its 95% CI: a seed's evaluation episodes start from the
-same reset seeds in every arm, so pairing removes the episodes' shared luck. "Return" is the env's own return (the
+same reset seeds in every arm (host initialisation, data order), so pairing removes that shared part of their
+luck; host training on a GPU is not bit-deterministic, so only part of it. "Return" is the env's own return (the
 objective the learning arms maximise, in percentage points); "grown" is the most common set of seeds alive at
 the end of an evaluation episode, slot by slot, with its share of episodes. A second table gives every
 (arm, seed). Writes ``summary.json``, ``table.md``, ``curves.png`` and, for each learning arm whose slices
