@@ -37,9 +37,11 @@ class EsperEnv(gym.Env):
     step: ``info["action_mask"]`` (flat bool, the op mask then each head's marginal; also ``action_masks()``),
     ``info["op_slot_mask"]`` (bool ``(5, num_slots)``, exact; also ``op_slot_mask()``) and
     ``info["blueprint_mask"]`` (bool ``(num_slots, 7)``: the blueprints GERMINATE may plant in each slot; all True
-    unless ``param_budget_mask`` makes ``param_budget`` a hard limit; also ``blueprint_mask()``). An action the
-    masks forbid is executed as WAIT with ``info["invalid_action"] = True``; a malformed action (shape, dtype,
-    range, NaN) raises ``ValueError`` and changes nothing.
+    unless ``param_budget_mask`` makes ``param_budget`` a hard limit; also ``blueprint_mask()``) and
+    ``info["blend_mask"]`` (bool ``(num_slots, 7, 3)``: the blends GERMINATE may use for each blueprint in each
+    slot; under a hard budget the gated blend only where the seed fits with its gate; also ``blend_mask()``). An
+    action the masks forbid is executed as WAIT with ``info["invalid_action"] = True``; a malformed action (shape,
+    dtype, range, NaN) raises ``ValueError`` and changes nothing.
 
     ## Observation Space
     ``Box(-1, 1, (31 + 25 * num_slots,), float32)``; 106 values with the default 3 slots. Unknown values
@@ -91,9 +93,8 @@ class EsperEnv(gym.Env):
     rolls a diverged host back (non-finite or too large loss); ``info["rollback"]`` says so.
 
     ## Info
-    After every reset: ``action_mask``, ``op_slot_mask``, ``blueprint_mask``, ``reset``. After every step, the
-    same and ``invalid_action``, ``executed_op``,
-    ``executed_slot`` (-1 for WAIT), ``epoch``,
+    After every reset: ``action_mask``, ``op_slot_mask``, ``blueprint_mask``, ``blend_mask``, ``reset``. After
+    every step, the same and ``invalid_action``, ``executed_op``, ``executed_slot`` (-1 for WAIT), ``epoch``,
     ``val_accuracy``, ``val_loss``, ``train_accuracy``, ``train_loss``, ``host_only_accuracy``,
     ``seed_params``, ``images_trained``, per slot ``stage``, ``alpha``, ``blueprint``, ``contribution`` (pp,
     NaN when not measured this step) and ``holding_timeout``; ``rollback``; ``test_accuracy`` at the last step
@@ -159,6 +160,9 @@ class EsperEnv(gym.Env):
 
     def blueprint_mask(self) -> np.ndarray:
         return self._vector.blueprint_masks()[0]
+
+    def blend_mask(self) -> np.ndarray:
+        return self._vector.blend_masks()[0]
 
     def _unbatch(self, info: dict[str, Any]) -> dict[str, Any]:
         out = {}

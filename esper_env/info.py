@@ -2,8 +2,9 @@
 
 Gymnasium's vector convention: every key ``k`` holds an array of length ``num_envs`` and ``info["_k"]`` a bool
 array marking the sub-envs for which it is set. The masks (``action_mask``, ``op_slot_mask``,
-``blueprint_mask``) are set for every sub-env after every reset and step; the step keys are set for the
-sub-envs that trained this step (not for sub-envs that were reset instead under the NEXT_STEP autoreset mode).
+``blueprint_mask``, ``blend_mask``) are set for every sub-env after every reset and step; the step keys are set
+for the sub-envs that trained this step (not for sub-envs that were reset instead under the NEXT_STEP autoreset
+mode).
 """
 
 from __future__ import annotations
@@ -38,20 +39,21 @@ class StepRecord:
         self.holding_timeout = holding_timeout or []
 
 
-def reset_info(op_slot: np.ndarray, blueprints: np.ndarray, flat_masks: np.ndarray,
+def reset_info(op_slot: np.ndarray, blueprints: np.ndarray, blends: np.ndarray, flat_masks: np.ndarray,
                reset: np.ndarray) -> dict[str, np.ndarray]:
     everyone = np.ones(op_slot.shape[0], dtype=bool)
     return {"action_mask": flat_masks, "_action_mask": everyone, "op_slot_mask": op_slot.copy(),
             "_op_slot_mask": everyone, "blueprint_mask": blueprints.copy(), "_blueprint_mask": everyone,
-            "reset": reset.copy(), "_reset": everyone}
+            "blend_mask": blends.copy(), "_blend_mask": everyone, "reset": reset.copy(), "_reset": everyone}
 
 
 def build_step_info(records: dict[int, StepRecord], episodes: list[Episode], op_slot: np.ndarray,
-                    blueprints: np.ndarray, flat_masks: np.ndarray, seed_params: list[float]) -> dict[str, np.ndarray]:
+                    blueprints: np.ndarray, blends: np.ndarray, flat_masks: np.ndarray,
+                    seed_params: list[float]) -> dict[str, np.ndarray]:
     n, num_slots = op_slot.shape[0], op_slot.shape[2]
     stepped = np.zeros(n, dtype=bool)
     stepped[list(records)] = True
-    info = reset_info(op_slot, blueprints, flat_masks, ~stepped)
+    info = reset_info(op_slot, blueprints, blends, flat_masks, ~stepped)
     columns: dict[str, list] = {key: [] for key in _PER_ENV}
     for i in range(n):
         row = _row(records.get(i), episodes[i], seed_params[i], num_slots)

@@ -1,21 +1,26 @@
 """Action masks, derived from the lifecycle's gates and the parameter budget and nothing else; action validation.
 
-Three masks per sub-env, recomputed after every step:
+Four masks per sub-env, recomputed after every step:
 
-* ``blueprint_mask`` — bool ``(num_slots, num_blueprints)``: which blueprints GERMINATE may plant in each slot.
-  All True unless ``param_budget_mask`` is set; then a blueprint is allowed where the seed parameters at full
-  size plus the blueprint's ungated size stay within ``param_budget`` (see :func:`blueprint_mask`).
+* ``blend_mask`` — bool ``(num_slots, num_blueprints, num_blends)``: which blends GERMINATE may use for each
+  blueprint in each slot. All True unless ``param_budget_mask`` is set; then a planting is allowed where the
+  seed parameters at full size plus the new seed's size (with its gate for the gated blend) stay within
+  ``param_budget`` (see :func:`blend_mask`), so the hard budget is exact.
+* ``blueprint_mask`` — bool ``(num_slots, num_blueprints)``: which blueprints GERMINATE may plant in each slot,
+  the ``any`` of ``blend_mask`` over the blends. A blueprint is allowed where its ungated size fits, because the
+  linear and cosine blends carry no gate.
 * ``op_slot_mask`` — bool ``(num_ops, num_slots)``: exactly which slots each op may target. The WAIT row is all
   True, because WAIT ignores the slot head, so no row of the flat mask is ever empty. The GERMINATE row is False
   where ``blueprint_mask`` allows no blueprint, so a valid op always has a valid value for every head it reads.
 * ``action_mask`` — bool ``(sum(nvec),)``: the op mask, then for each other head the values valid for *some*
   valid op (the marginal; what sb3-contrib's MaskablePPO reads). Because WAIT accepts any value of the heads it
-  ignores, the marginals of the slot, blend and tempo heads are all True. The blueprint marginal is all True too
-  unless GERMINATE is valid somewhere; then it is the union of ``blueprint_mask`` over the slots GERMINATE may
-  target (all True when nothing is over budget). Every valid action has a spelling the flat mask admits (once
-  the blueprint marginal is narrowed, a WAIT may need its ignored blueprint value from the union); the converse
-  fails: an action the flat mask allows may still be forbidden by the exact masks and is then executed as WAIT
-  (flagged ``invalid_action``).
+  ignores, the marginals of the slot and tempo heads are all True, and so are the blueprint's and the blend's
+  unless GERMINATE is valid somewhere; then the blueprint marginal is the union of ``blueprint_mask`` over the slots
+  GERMINATE may target, and the blend marginal the union of ``blend_mask`` over the (slot, blueprint) pairs it
+  may plant (both all True when nothing is over budget). Every valid action has a spelling the flat mask admits
+  (once these marginals are narrowed, a WAIT may need its ignored blueprint and blend values from the unions);
+  the converse fails: an action the flat mask allows may still be forbidden by the exact masks and is then
+  executed as WAIT (flagged ``invalid_action``).
 """
 
 from __future__ import annotations
@@ -25,22 +30,31 @@ import numpy as np
 from esper_env import lifecycle
 from esper_env.config import EnvConfig
 from esper_env.episode import full_seed_params
-from esper_env.lifecycle import SlotState
+from esper_env.lifecycle import BLEND_CURVES, SlotState
 from esper_env.spaces import HEAD_RELEVANCE, Head, Op, head_sizes
 
+_SIZE_COLUMN = np.array([int(curve == "gated") for curve in BLEND_CURVES])
+"""Per blend, the column of ``param_table[slot, blueprint, gated]`` that holds the size of a seed planted with it."""
 
-def blueprint_mask(slots: tuple[SlotState, ...], cfg: EnvConfig, param_table: np.ndarray) -> np.ndarray:
-    """Which blueprints GERMINATE may plant in each slot: ``(num_slots, num_blueprints)`` bool.
 
-    With ``param_budget_mask``, blueprint ``b`` is allowed in slot ``s`` when the seeds already planted, counted at
-    full size, plus ``param_table[s, b, 0]`` stay within ``param_budget``. The candidate counts *ungated*: the blend
-    head is chosen after the blueprint, so a gated planting may pass the budget by its gate's parameters (which
-    the ``over_budget_penalty`` hinge still prices). ``param_table[slot, blueprint, gated]`` as in the vector env.
+def blend_mask(slots: tuple[SlotState, ...], cfg: EnvConfig, param_table: np.ndarray) -> np.ndarray:
+    """Which blends GERMINATE may use for each blueprint in each slot: ``(num_slots, num_blueprints, num_blends)``.
+
+    With ``param_budget_mask``, blend ``k`` of blueprint ``b`` is allowed in slot ``s`` when the seeds already
+    planted, counted at full size, plus the new seed's size (``param_table[s, b, 1]`` with the gated blend's gate,
+    ``param_table[s, b, 0]`` without) stay within ``param_budget``. ``param_table[slot, blueprint, gated]`` as in
+    the vector env.
     """
-    candidates = param_table[:, :, 0]
+    candidates = param_table[:, :, _SIZE_COLUMN]
     if not cfg.param_budget_mask:
         return np.ones(candidates.shape, dtype=bool)
     return full_seed_params(slots, param_table) + candidates <= cfg.param_budget
+
+
+def blueprint_mask(slots: tuple[SlotState, ...], cfg: EnvConfig, param_table: np.ndarray) -> np.ndarray:
+    """Which blueprints GERMINATE may plant in each slot, ``(num_slots, num_blueprints)`` bool: those with at least
+    one blend :func:`blend_mask` allows (with ``param_budget_mask``: those whose ungated size fits)."""
+    return blend_mask(slots, cfg, param_table).any(axis=-1)
 
 
 def op_slot_mask(slots: tuple[SlotState, ...], cfg: EnvConfig, blueprints: np.ndarray | None = None) -> np.ndarray:
@@ -58,9 +72,10 @@ def op_slot_mask(slots: tuple[SlotState, ...], cfg: EnvConfig, blueprints: np.nd
     return mask
 
 
-def flat_action_mask(op_slot: np.ndarray, blueprints: np.ndarray | None = None) -> np.ndarray:
+def flat_action_mask(op_slot: np.ndarray, blueprints: np.ndarray | None = None,
+                     blends: np.ndarray | None = None) -> np.ndarray:
     """The per-head marginal mask, concatenated in head order (the MaskablePPO layout). ``blueprints`` is the
-    :func:`blueprint_mask` (None = every blueprint allowed everywhere)."""
+    :func:`blueprint_mask` and ``blends`` the :func:`blend_mask` (None = every value allowed everywhere)."""
     sizes = head_sizes(op_slot.shape[1])
     valid_ops = op_slot.any(axis=1)
     parts = [valid_ops]
@@ -72,28 +87,38 @@ def flat_action_mask(op_slot: np.ndarray, blueprints: np.ndarray | None = None) 
             elif head == Head.SLOT:
                 head_valid |= op_slot[op]
             else:
-                head_valid[:] = True  # blend and tempo are never restricted; blueprint is narrowed below
+                head_valid[:] = True  # tempo is never restricted; blueprint and blend are narrowed below
         parts.append(head_valid)
-    if blueprints is not None and valid_ops[Op.GERMINATE]:
-        # GERMINATE is the only op that reads the blueprint. Narrowing the marginal to what it may plant steers a
-        # per-head masker (MaskablePPO on MultiDiscrete) away from over-budget blueprints; WAIT, which ignores the
-        # head, stays expressible with any of these values, and the union is never empty here.
-        parts[Head.BLUEPRINT] = blueprints[op_slot[Op.GERMINATE]].any(axis=0)
+    if valid_ops[Op.GERMINATE]:
+        # GERMINATE is the only op that reads the blueprint and the blend. Narrowing their marginals to what it may
+        # plant steers a per-head masker (MaskablePPO on MultiDiscrete) away from over-budget plantings; WAIT, which
+        # ignores both heads, stays expressible with any of these values, and the unions are never empty here.
+        slots = op_slot[Op.GERMINATE]
+        if blueprints is not None:
+            parts[Head.BLUEPRINT] = blueprints[slots].any(axis=0)
+        if blends is not None:
+            plantable = blends[slots] if blueprints is None else blends[slots] & blueprints[slots][..., None]
+            parts[Head.BLEND] = plantable.any(axis=(0, 1))
     return np.concatenate(parts)
 
 
-def is_valid(action: np.ndarray, op_slot: np.ndarray, blueprints: np.ndarray | None = None) -> bool:
+def is_valid(action: np.ndarray, op_slot: np.ndarray, blueprints: np.ndarray | None = None,
+             blends: np.ndarray | None = None) -> bool:
     """Whether one well-formed action is allowed: its op may target its slot and, for GERMINATE, ``blueprints``
-    (None = every blueprint) allows its blueprint there. Heads the op ignores are free."""
+    allows its blueprint there and ``blends`` its blend for that blueprint (None = every value). Heads the op
+    ignores are free."""
     op = int(action[Head.OP])
     if Head.SLOT not in HEAD_RELEVANCE[Op(op)]:
         return True
     slot = int(action[Head.SLOT])
     if not op_slot[op, slot]:
         return False
-    if blueprints is not None and Head.BLUEPRINT in HEAD_RELEVANCE[Op(op)]:
-        return bool(blueprints[slot, int(action[Head.BLUEPRINT])])
-    return True
+    if Head.BLUEPRINT not in HEAD_RELEVANCE[Op(op)]:
+        return True
+    blueprint = int(action[Head.BLUEPRINT])
+    if blueprints is not None and not blueprints[slot, blueprint]:
+        return False
+    return blends is None or bool(blends[slot, blueprint, int(action[Head.BLEND])])
 
 
 def validate_actions(actions: object, num_envs: int, nvec: np.ndarray) -> np.ndarray:

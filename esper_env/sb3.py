@@ -14,8 +14,8 @@ Two action spaces, chosen by ``flatten``:
 
 * ``flatten=True``: ``Discrete(J)`` over :func:`esper_env.wrappers.joint_actions` (199 with 3 slots), through
   :class:`~esper_env.wrappers.FlattenVectorActions`; ``action_masks`` are exact
-  (``joint_mask(op_slot_mask, blueprint_mask)``: a GERMINATE past a hard ``param_budget`` is masked too), so
-  MaskablePPO never picks an invalid action.
+  (``joint_mask(op_slot_mask, blueprint_mask, blend_mask)``: a GERMINATE past a hard ``param_budget``, gate
+  included, is masked too), so MaskablePPO never picks an invalid action.
 * ``flatten=False``: the native ``MultiDiscrete([5, num_slots, 7, 3, 3])`` with the flat marginal masks
   ``info["action_mask"]``. MaskablePPO masks each head on its own (sb3-contrib issues #197, #242), so it may pick
   an op/slot pair that no mask forbids on its own; the env executes it as WAIT and flags
@@ -56,7 +56,7 @@ _SAME_STEP_KEYS = ("final_obs", "final_info")  # SameStep's bookkeeping, turned 
 
 class Sb3VecEnv(VecEnv):
     """SB3 ``VecEnv`` over a native vector env whose info carries ``action_mask`` (and ``op_slot_mask``, optionally
-    ``blueprint_mask``, to flatten).
+    ``blueprint_mask`` and ``blend_mask``, to flatten).
 
     Args:
         venv: an :class:`~esper_env.vector_env.EsperVectorEnv` (or a ``VectorEnv`` with the same info keys) built

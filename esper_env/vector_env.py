@@ -34,7 +34,7 @@ from esper_env.episode import (
 )
 from esper_env.host import host_param_count
 from esper_env.info import StepRecord, build_step_info, reset_info
-from esper_env.lifecycle import ForwardMode, forward_mode
+from esper_env.lifecycle import BLEND_CURVES, ForwardMode, forward_mode
 from esper_env.observation import observe
 from esper_env.render import RENDER_METADATA, Renderer, split_vector_info
 from esper_env.rewards import CHANCE_ACCURACY, RewardInputs, potential, step_reward
@@ -74,6 +74,7 @@ class EsperVectorEnv(VectorEnv):
         self._obs = np.zeros(self.observation_space.shape, dtype=np.float32)
         self._op_slot = np.zeros((num_envs, len(spaces.Op), cfg.num_slots), dtype=bool)
         self._blueprint_mask = np.ones((num_envs, cfg.num_slots, len(spaces.BLUEPRINT_NAMES)), dtype=bool)
+        self._blend_mask = np.ones((*self._blueprint_mask.shape, len(BLEND_CURVES)), dtype=bool)
         self.timings: Counter[str] = Counter()  # seconds in "step" and in its "engine" part (training + validation)
 
     # --- public API beyond Gymnasium's ----------------------------------------------------------------------
@@ -88,8 +89,8 @@ class EsperVectorEnv(VectorEnv):
 
     def action_masks(self) -> np.ndarray:
         """The flat (marginal) masks, bool ``(num_envs, sum(nvec))``: what MaskablePPO reads."""
-        return np.stack([masks.flat_action_mask(m, b) for m, b in zip(self._op_slot, self._blueprint_mask,
-                                                                       strict=True)])
+        return np.stack([masks.flat_action_mask(m, b, k) for m, b, k in zip(self._op_slot, self._blueprint_mask,
+                                                                             self._blend_mask, strict=True)])
 
     def op_slot_masks(self) -> np.ndarray:
         return self._op_slot.copy()
@@ -97,6 +98,11 @@ class EsperVectorEnv(VectorEnv):
     def blueprint_masks(self) -> np.ndarray:
         """Which blueprints GERMINATE may plant in each slot, bool ``(num_envs, num_slots, num_blueprints)``."""
         return self._blueprint_mask.copy()
+
+    def blend_masks(self) -> np.ndarray:
+        """Which blends GERMINATE may use for each blueprint in each slot, bool ``(num_envs, num_slots,
+        num_blueprints, num_blends)``."""
+        return self._blend_mask.copy()
 
     def inject_fault(self, index: int, kind: str) -> None:
         """Testing aid: make sub-env ``index``'s next epoch fail (``"nan_loss"``, ``"exploding_loss"`` or
@@ -121,7 +127,7 @@ class EsperVectorEnv(VectorEnv):
         for i, renderer in enumerate(self._renderers):
             if mask[i]:
                 renderer.reset(self.config.num_slots, self.config.max_epochs)
-        return self._obs.copy(), reset_info(self._op_slot, self._blueprint_mask, self.action_masks(), mask)
+        return self._obs.copy(), self._mask_info(mask)
 
     def _reset_mask(self, options: dict[str, Any] | None) -> np.ndarray:
         options = options or {}
@@ -198,7 +204,7 @@ class EsperVectorEnv(VectorEnv):
 
     def _begin_step(self, i: int, action: np.ndarray) -> StepRecord:
         ep = self._episodes[i]
-        valid = masks.is_valid(action, self._op_slot[i], self._blueprint_mask[i])
+        valid = masks.is_valid(action, self._op_slot[i], self._blueprint_mask[i], self._blend_mask[i])
         previous = (ep.measurement.val_accuracy if ep.measurement else CHANCE_ACCURACY,
                     self._seed_params(i), potential(ep.stages, self.config))
         changes, pruned = apply_action(ep, action, valid)
@@ -251,8 +257,8 @@ class EsperVectorEnv(VectorEnv):
         done = np.zeros(self.num_envs, dtype=bool)
         for i, r in records.items():
             done[i] = r.terminated or r.truncated
-        info = build_step_info(records, self._episodes, self._op_slot, self._blueprint_mask, self.action_masks(),
-                               [self._seed_params(i) for i in range(self.num_envs)])
+        info = build_step_info(records, self._episodes, self._op_slot, self._blueprint_mask, self._blend_mask,
+                               self.action_masks(), [self._seed_params(i) for i in range(self.num_envs)])
         obs = self._obs.copy()
         mode = self.metadata["autoreset_mode"]
         if mode == AutoresetMode.NEXT_STEP:
@@ -266,7 +272,7 @@ class EsperVectorEnv(VectorEnv):
             for i in np.flatnonzero(done):
                 self._reset_sub_env(i)
             obs = self._obs.copy()
-            info.update(reset_info(self._op_slot, self._blueprint_mask, self.action_masks(), done))
+            info.update(self._mask_info(done))
         rewards = np.array([records[i].reward if i in records else 0.0 for i in range(self.num_envs)])
         term = np.array([i in records and records[i].terminated for i in range(self.num_envs)])
         trunc = np.array([i in records and records[i].truncated for i in range(self.num_envs)])
@@ -293,8 +299,13 @@ class EsperVectorEnv(VectorEnv):
     def _refresh_view(self, i: int) -> None:
         ep = self._episodes[i]
         self._obs[i] = observe(ep, self.config, self._param_table, self.host_params)
+        self._blend_mask[i] = masks.blend_mask(ep.slots, self.config, self._param_table)
         self._blueprint_mask[i] = masks.blueprint_mask(ep.slots, self.config, self._param_table)
         self._op_slot[i] = masks.op_slot_mask(ep.slots, self.config, self._blueprint_mask[i])
+
+    def _mask_info(self, reset: np.ndarray) -> dict[str, np.ndarray]:
+        """The masks of every sub-env as info keys, and ``reset`` (which sub-envs were just reset)."""
+        return reset_info(self._op_slot, self._blueprint_mask, self._blend_mask, self.action_masks(), reset)
 
     def _build_param_table(self) -> np.ndarray:
         cfg = self.config

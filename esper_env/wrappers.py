@@ -3,9 +3,9 @@
 sb3-contrib's MaskablePPO masks each head of a ``MultiDiscrete`` independently, so it can only see the
 marginal masks and may pick an op/slot pair that is invalid. Flattening the heads into one ``Discrete`` over
 the canonical joint actions (WAIT once; GERMINATE x slot x blueprint x blend x tempo; ADVANCE, PRUNE,
-FOSSILIZE x slot) makes the flat mask exact (it reads ``op_slot_mask`` and, when the env gives one,
-``blueprint_mask``), so a flat-mask algorithm can be compared fairly. Heads an op does not read are fixed to 0
-in the canonical action. 199 joint actions with the default 3 slots.
+FOSSILIZE x slot) makes the flat mask exact (it reads ``op_slot_mask`` and, when the env gives them,
+``blueprint_mask`` and ``blend_mask``), so a flat-mask algorithm can be compared fairly. Heads an op does not
+read are fixed to 0 in the canonical action. 199 joint actions with the default 3 slots.
 """
 
 from __future__ import annotations
@@ -35,22 +35,31 @@ def joint_actions(num_slots: int) -> np.ndarray:
     return table
 
 
-def joint_mask(op_slot: np.ndarray, blueprint_mask: np.ndarray | None = None) -> np.ndarray:
-    """Exact validity of every joint action, from one sub-env's ``op_slot_mask`` and ``blueprint_mask``
-    (bool ``(num_slots, num_blueprints)``; None = every blueprint allowed in every slot)."""
+def joint_mask(op_slot: np.ndarray, blueprint_mask: np.ndarray | None = None,
+               blend_mask: np.ndarray | None = None) -> np.ndarray:
+    """Exact validity of every joint action, from one sub-env's ``op_slot_mask``, ``blueprint_mask`` (bool
+    ``(num_slots, num_blueprints)``; None = every blueprint allowed in every slot) and ``blend_mask`` (bool
+    ``(num_slots, num_blueprints, num_blends)``; None = every blend allowed for every planting)."""
     table = joint_actions(op_slot.shape[1])
     mask = op_slot[table[:, Head.OP], table[:, Head.SLOT]]
+    slot, blueprint = table[:, Head.SLOT], table[:, Head.BLUEPRINT]
+    # Only the ops that read a head answer to its mask; the others hold the placeholder 0 there.
     if blueprint_mask is not None:
-        # Only the ops that read the blueprint answer to its mask; the others hold the placeholder 0 there.
         reads = relevance_matrix()[table[:, Head.OP], Head.BLUEPRINT]
-        mask &= ~reads | blueprint_mask[table[:, Head.SLOT], table[:, Head.BLUEPRINT]]
+        mask &= ~reads | blueprint_mask[slot, blueprint]
+    if blend_mask is not None:
+        reads = relevance_matrix()[table[:, Head.OP], Head.BLEND]
+        mask &= ~reads | blend_mask[slot, blueprint, table[:, Head.BLEND]]
     return mask
 
 
-def joint_masks(op_slot: np.ndarray, blueprint_mask: np.ndarray | None = None) -> np.ndarray:
+def joint_masks(op_slot: np.ndarray, blueprint_mask: np.ndarray | None = None,
+                blend_mask: np.ndarray | None = None) -> np.ndarray:
     """:func:`joint_mask` of every sub-env: ``op_slot`` ``(N, num_ops, num_slots)``, ``blueprint_mask``
-    ``(N, num_slots, num_blueprints)`` or None."""
-    return np.stack([joint_mask(m, None if blueprint_mask is None else blueprint_mask[i])
+    ``(N, num_slots, num_blueprints)`` or None, ``blend_mask`` ``(N, num_slots, num_blueprints, num_blends)`` or
+    None."""
+    return np.stack([joint_mask(m, None if blueprint_mask is None else blueprint_mask[i],
+                                None if blend_mask is None else blend_mask[i])
                      for i, m in enumerate(op_slot)])
 
 
@@ -75,7 +84,7 @@ class FlattenActions(gym.ActionWrapper):
         return obs, reward, terminated, truncated, self._remask(info)
 
     def _remask(self, info: dict[str, Any]) -> dict[str, Any]:
-        self._mask = joint_mask(info["op_slot_mask"], info.get("blueprint_mask"))
+        self._mask = joint_mask(info["op_slot_mask"], info.get("blueprint_mask"), info.get("blend_mask"))
         return {**info, "action_mask": self._mask.copy()}
 
     def action_masks(self) -> np.ndarray:
@@ -107,7 +116,7 @@ class FlattenVectorActions(VectorActionWrapper):
         return obs, rewards, terminated, truncated, self._remask(info)
 
     def _remask(self, info: dict[str, Any]) -> dict[str, Any]:
-        self._masks = joint_masks(info["op_slot_mask"], info.get("blueprint_mask"))
+        self._masks = joint_masks(info["op_slot_mask"], info.get("blueprint_mask"), info.get("blend_mask"))
         return {**info, "action_mask": self._masks.copy()}
 
     def action_masks(self) -> np.ndarray:

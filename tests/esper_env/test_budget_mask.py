@@ -8,8 +8,9 @@ import pytest
 from sb3_contrib.common.maskable.utils import get_action_masks
 
 import esper_env  # noqa: F401  (registers the ids)
+from esper_env import masks as env_masks
 from esper_env.config import EnvConfig
-from esper_env.lifecycle import Stage
+from esper_env.lifecycle import BLEND_CURVES, EMPTY, SlotState, Stage
 from esper_env.sb3 import make_sb3_env
 from esper_env.seeds import seed_param_count
 from esper_env.spaces import BLUEPRINT_NAMES, Head, Op, head_sizes
@@ -21,11 +22,20 @@ BUDGET = 600
 """Fits some blueprints in every slot and not others: in slot 0 (8 channels) all but bottleneck (704) and
 conv_heavy (1184); in slot 2 (32 channels) only norm (65) and attention (552)."""
 BLUEPRINT_PART = slice(sum(head_sizes(3)[:2]), sum(head_sizes(3)[:3]))  # the flat mask's blueprint slice
+BLEND_PART = slice(sum(head_sizes(3)[:3]), sum(head_sizes(3)[:4]))  # ... and its blend slice
+GATED = BLEND_CURVES.index("gated")
 
 
 def _fits(budget: float, used: float = 0.0) -> np.ndarray:
     """The mask the arithmetic gives: each blueprint's ungated size in each slot, next to the room left."""
     sizes = np.array([[seed_param_count(b, c) for b in range(len(BLUEPRINT_NAMES))] for c in CHANNELS])
+    return used + sizes <= budget
+
+
+def _fits_blends(budget: float, used: float = 0.0) -> np.ndarray:
+    """``(slot, blueprint, blend)``: each planting's size (its gate included for the gated blend) within the room."""
+    sizes = np.array([[[seed_param_count(b, c, BLEND_CURVES[k] == "gated") for k in range(len(BLEND_CURVES))]
+                       for b in range(len(BLUEPRINT_NAMES))] for c in CHANNELS])
     return used + sizes <= budget
 
 
@@ -67,6 +77,53 @@ def test_a_germinate_the_mask_forbids_runs_as_wait(budgeted):
     assert not info["invalid_action"] and info["stage"][0] != Stage.DORMANT
 
 
+def test_blend_mask_is_the_budget_arithmetic_with_the_gate():
+    # 2 slots x 2 blueprints, [ungated, gated]; slot 0 holds blueprint 0 gated, which counts 20 at full size.
+    table = np.array([[[10.0, 20.0], [30.0, 45.0]], [[5.0, 8.0], [29.0, 31.0]]])
+    slots = (SlotState(stage=Stage.TRAINING, blueprint=0, blend=GATED, tempo=3), EMPTY)
+    cfg = EnvConfig(param_budget=50, param_budget_mask=True)
+    blends = env_masks.blend_mask(slots, cfg, table)
+    assert blends.shape == (2, 2, len(BLEND_CURVES))
+    # 20 used: slot 1's blueprint 1 fits ungated (20 + 29 = 49) but not gated (20 + 31 = 51); so does slot 0's
+    # blueprint 1 (50 <= 50, 65 > 50); blueprint 0 fits either way in both slots.
+    expected_gated = np.array([[True, False], [True, False]])
+    np.testing.assert_array_equal(blends[..., BLEND_CURVES.index("linear")], np.ones((2, 2), bool))
+    np.testing.assert_array_equal(blends[..., BLEND_CURVES.index("cosine")], np.ones((2, 2), bool))
+    np.testing.assert_array_equal(blends[..., GATED], expected_gated)
+    blueprints = env_masks.blueprint_mask(slots, cfg, table)
+    np.testing.assert_array_equal(blueprints, np.ones((2, 2), bool))  # every blueprint fits with some blend
+    tight = EnvConfig(param_budget=48, param_budget_mask=True)  # 20 + 29 > 48: slot 1's blueprint 1 fits no blend
+    assert not env_masks.blend_mask(slots, tight, table)[1, 1].any()
+    assert not env_masks.blueprint_mask(slots, tight, table)[1, 1]
+    assert env_masks.blend_mask(slots, EnvConfig(param_budget=0), table).all()  # only priced: nothing masked
+
+
+def test_the_env_publishes_the_blend_mask(budgeted):
+    _, info = budgeted.reset(seed=0)
+    conv_light = BLUEPRINT_NAMES.index("conv_light")
+    np.testing.assert_array_equal(info["blend_mask"], _fits_blends(BUDGET))
+    np.testing.assert_array_equal(info["blueprint_mask"], info["blend_mask"].any(-1))
+    assert info["blueprint_mask"][0, conv_light] and not info["blend_mask"][0, conv_light, GATED]  # 592 / 633
+    np.testing.assert_array_equal(budgeted.unwrapped.blend_mask(), info["blend_mask"])
+    _, _, _, _, info = budgeted.step(_germinate(0, "conv_small", GATED))  # 121 with its gate
+    assert not info["invalid_action"]
+    np.testing.assert_array_equal(info["blend_mask"], _fits_blends(BUDGET, seed_param_count(3, CHANNELS[0], True)))
+
+
+def test_a_gated_planting_past_the_budget_runs_as_wait(budgeted):
+    _, info = budgeted.reset(seed=1)
+    before = {key: info[key].copy() for key in ("blend_mask", "blueprint_mask", "op_slot_mask", "action_mask")}
+    _, _, _, _, info = budgeted.step(_germinate(0, "conv_light", GATED))  # 592 fits, 633 with the gate does not
+    assert info["invalid_action"] and info["executed_op"] == Op.WAIT and info["executed_slot"] == -1
+    assert info["seed_params"] == 0.0 and info["stage"].tolist() == [Stage.DORMANT] * 3
+    assert info["blueprint"].tolist() == [-1] * 3
+    for key, mask in before.items():
+        np.testing.assert_array_equal(info[key], mask)  # no state changed, so neither did a mask
+    _, _, _, _, info = budgeted.step(_germinate(0, "conv_light", BLEND_CURVES.index("cosine")))  # ungated: fits
+    assert not info["invalid_action"] and info["stage"][0] != Stage.DORMANT
+    assert info["blueprint"][0] == BLUEPRINT_NAMES.index("conv_light")
+
+
 def test_germinate_is_masked_where_no_blueprint_fits(tiny):
     env = gym.make(ID, **tiny, param_budget=60, param_budget_mask=True)  # norm fits slots 0 and 1 only (17, 33)
     _, info = env.reset(seed=0)
@@ -85,26 +142,44 @@ def test_the_flat_blueprint_part_is_the_union_over_germinable_slots(budgeted):
     _, _, _, _, info = budgeted.step(_germinate(0, "conv_light"))  # 592: 8 left, less than any seed
     assert not info["blueprint_mask"].any() and not info["op_slot_mask"][Op.GERMINATE].any()
     assert info["action_mask"][BLUEPRINT_PART].all()  # no GERMINATE: WAIT ignores the head, any value goes
+    assert info["action_mask"][BLEND_PART].all()
+
+
+def test_the_flat_blend_part_is_the_union_over_plantable_pairs(tiny):
+    env = gym.make(ID, **tiny, param_budget=40, param_budget_mask=True)  # norm fits slots 0, 1 only ungated (17, 33)
+    _, info = env.reset(seed=0)
+    assert info["op_slot_mask"][Op.GERMINATE].tolist() == [True, True, False]
+    assert not info["blend_mask"][..., GATED].any()
+    np.testing.assert_array_equal(info["action_mask"][BLEND_PART], [True, True, False])
+    _, _, _, _, info = env.step(_germinate(0, "norm", GATED))  # not a spelling the exact masks allow
+    assert info["invalid_action"] and info["stage"][0] == Stage.DORMANT
+    roomy = gym.make(ID, **tiny, param_budget=BUDGET, param_budget_mask=True)
+    _, info = roomy.reset(seed=0)
+    assert info["blend_mask"][..., GATED].any() and info["action_mask"][BLEND_PART].all()
 
 
 def test_vector_info_carries_the_mask_for_every_sub_env(tiny):
     venv = gym.make_vec(ID, num_envs=2, **tiny, param_budget=BUDGET, param_budget_mask=True)
     _, info = venv.reset(seed=0)
     assert info["blueprint_mask"].shape == (2, 3, len(BLUEPRINT_NAMES)) and info["_blueprint_mask"].all()
+    assert info["blend_mask"].shape == (2, 3, len(BLUEPRINT_NAMES), len(BLEND_CURVES)) and info["_blend_mask"].all()
     _, _, _, _, info = venv.step(np.stack([_germinate(0, "conv_light"), WAIT]))
-    assert info["_blueprint_mask"].all()
+    assert info["_blueprint_mask"].all() and info["_blend_mask"].all()
     np.testing.assert_array_equal(info["blueprint_mask"][1], _fits(BUDGET))
+    np.testing.assert_array_equal(info["blend_mask"][1], _fits_blends(BUDGET))
     assert not info["blueprint_mask"][0, 0, BLUEPRINT_NAMES.index("attention")]  # 592 + 76 > 600
     np.testing.assert_array_equal(venv.unwrapped.blueprint_masks(), info["blueprint_mask"])
+    np.testing.assert_array_equal(venv.unwrapped.blend_masks(), info["blend_mask"])
 
 
 def test_without_the_flag_every_blueprint_is_allowed(tiny):
     env = gym.make(ID, **tiny, param_budget=0)  # a budget that nothing fits, but only priced
     _, info = env.reset(seed=0)
     assert info["blueprint_mask"].shape == (3, len(BLUEPRINT_NAMES)) and info["blueprint_mask"].all()
-    _, _, _, _, info = env.step(_germinate(0, "conv_heavy"))
-    assert not info["invalid_action"] and info["blueprint_mask"].all()
-    assert info["action_mask"][BLUEPRINT_PART].all()
+    assert info["blend_mask"].shape == (3, len(BLUEPRINT_NAMES), len(BLEND_CURVES)) and info["blend_mask"].all()
+    _, _, _, _, info = env.step(_germinate(0, "conv_heavy", GATED))
+    assert not info["invalid_action"] and info["blueprint_mask"].all() and info["blend_mask"].all()
+    assert info["action_mask"][BLUEPRINT_PART].all() and info["action_mask"][BLEND_PART].all()
 
 
 def test_the_mask_needs_a_budget():
@@ -115,15 +190,20 @@ def test_the_mask_needs_a_budget():
     assert EnvConfig(param_budget_mask=True, param_budget=0).param_budget_mask
 
 
-def test_joint_mask_reads_the_blueprint_mask():
+def test_joint_mask_reads_the_blueprint_and_blend_masks():
     op_slot = np.zeros((len(Op), 3), bool)
     op_slot[Op.WAIT] = op_slot[Op.GERMINATE] = op_slot[Op.PRUNE, 1] = True
-    blueprints = _fits(BUDGET)
+    blueprints, blends = _fits(BUDGET), _fits_blends(BUDGET)
     table = joint_actions(3)
-    mask = joint_mask(op_slot, blueprints)
     germinate = table[:, Head.OP] == Op.GERMINATE
-    np.testing.assert_array_equal(mask[germinate], blueprints[table[germinate, Head.SLOT], table[germinate, 2]])
-    np.testing.assert_array_equal(mask[~germinate], joint_mask(op_slot)[~germinate])  # the others ignore it
+    slot, blueprint, blend = (table[germinate, h] for h in (Head.SLOT, Head.BLUEPRINT, Head.BLEND))
+    mask = joint_mask(op_slot, blueprints)
+    np.testing.assert_array_equal(mask[germinate], blueprints[slot, blueprint])
+    exact = joint_mask(op_slot, blueprints, blends)
+    np.testing.assert_array_equal(exact[germinate], blends[slot, blueprint, blend])
+    assert (mask & ~exact).any()  # gated plantings whose blueprint fits ungated: only the blend mask catches them
+    for m in (mask, exact):
+        np.testing.assert_array_equal(m[~germinate], joint_mask(op_slot)[~germinate])  # the others ignore it
     assert joint_mask(op_slot)[germinate].all()  # None: unrestricted
 
 
@@ -133,9 +213,12 @@ def test_the_flat_sb3_adapter_masks_over_budget_joint_actions(tiny):
     env.reset()
     table, masks = joint_actions(3), get_action_masks(env)
     germinate = table[:, Head.OP] == Op.GERMINATE
-    over = germinate & ~_fits(BUDGET)[table[:, Head.SLOT], table[:, Head.BLUEPRINT]]
+    over = germinate & ~_fits_blends(BUDGET)[table[:, Head.SLOT], table[:, Head.BLUEPRINT], table[:, Head.BLEND]]
     assert over.any() and not masks[:, over].any() and masks[:, germinate & ~over].all()
-    forbidden = int(np.flatnonzero(over)[0])
+    # The gate alone puts it over: its blueprint fits ungated, so only the blend mask can exclude it.
+    gate_only = over & _fits(BUDGET)[table[:, Head.SLOT], table[:, Head.BLUEPRINT]]
+    assert gate_only.any() and (table[gate_only, Head.BLEND] == GATED).all()
+    forbidden = int(np.flatnonzero(gate_only)[0])
     _, _, _, infos = env.step(np.array([forbidden, forbidden]))
     assert all(info["invalid_action"] for info in infos)
     marginal = make_sb3_env(ID, 2, flatten=False, seed=0, **{**tiny, "max_epochs": 3}, param_budget=BUDGET,
