@@ -58,7 +58,7 @@ class Sb3Actor:
         del num_envs
 
     def act(self, obs: np.ndarray, masks: ActionMasks, episode_start: np.ndarray) -> np.ndarray:
-        flat = joint_masks(masks.op_slot, masks.blueprint) if self.flatten else np.asarray(masks.flat)
+        flat = joint_masks(masks.op_slot, masks.blueprint, masks.blend) if self.flatten else np.asarray(masks.flat)
         actions, _ = self.model.predict(obs, action_masks=flat, deterministic=True)
         return self.table[actions] if self.flatten else np.asarray(actions, dtype=np.int64)
 

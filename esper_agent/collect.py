@@ -92,9 +92,7 @@ class EpisodeTracker:
 
 
 def masks_to_device(masks: ActionMasks, device: torch.device) -> ActionMasks:
-    blueprint = None if masks.blueprint is None else torch.as_tensor(masks.blueprint, device=device)
-    return ActionMasks(torch.as_tensor(masks.op_slot, device=device), torch.as_tensor(masks.flat, device=device),
-                       blueprint)
+    return ActionMasks(*(None if mask is None else torch.as_tensor(mask, device=device) for mask in masks))
 
 
 class Collector:

@@ -5,11 +5,12 @@ so a masked value is never sampled, while ``0 * log p`` stays 0 instead of NaN a
 
 The factored action follows ``esper_env.spaces``: the op is sampled first; the slot head is then masked by
 ``op_slot_mask[op]``; blueprint, blend and tempo read their slices of the flat mask, the blueprint also the
-``blueprint_mask`` row of the sampled slot when the env gives one (a hard parameter budget). A head that does not matter
-for the sampled op (``HEAD_RELEVANCE``) gets a one-hot mask on the placeholder value 0: a distribution with one
-valid value has log-prob, entropy and KL exactly 0, and the head's terms are also zeroed by the relevance
-table, so it contributes exactly nothing. The masks actually used are returned so that the PPO update rebuilds
-the same distributions.
+``blueprint_mask`` row of the sampled slot and the blend the ``blend_mask`` row of the sampled slot and blueprint,
+when the env gives them (a hard parameter budget: a blueprint may fit where the same seed with a gate does not).
+A head that does not matter for the sampled op (``HEAD_RELEVANCE``) gets a one-hot mask on the placeholder value
+0: a distribution with one valid value has log-prob, entropy and KL exactly 0, and the head's terms are also
+zeroed by the relevance table, so it contributes exactly nothing. The masks actually used are returned so that
+the PPO update rebuilds the same distributions.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class ActionMasks(NamedTuple):
     op_slot: Tensor  # (B, num_ops, num_slots) bool: which slots each op may target
     flat: Tensor  # (B, sum(head_sizes)) bool: op mask, then each other head's marginal mask
     blueprint: Tensor | None = None  # (B, num_slots, num_blueprints) bool: what GERMINATE may plant where; None = all
+    blend: Tensor | None = None  # (B, num_slots, num_blueprints, num_blends) bool: the blends of each; None = all
 
 
 class FactoredSample(NamedTuple):
@@ -110,7 +112,8 @@ def sample_factored(
 
     ``logits[h]`` is (B, size_h) and ``relevance`` (num_ops, num_heads) bool. The masks are assumed validated
     on the host (at least one op valid; a head's slice non-empty wherever an op that reads it is valid; for
-    every slot GERMINATE may target, some blueprint allowed by both the flat slice and ``masks.blueprint``).
+    every slot GERMINATE may target, some blueprint allowed by both the flat slice and ``masks.blueprint``, and for
+    each such blueprint some blend allowed by both the flat slice and ``masks.blend``).
     """
     sizes = [lg.shape[-1] for lg in logits]
     flat = torch.split(masks.flat, sizes, dim=-1)
@@ -130,6 +133,9 @@ def sample_factored(
             # The slot head comes first, so the blueprint can be masked for the slot actually sampled. The mask
             # goes into ``used`` as it is, so evaluate_factored rebuilds this very distribution.
             wanted = wanted & masks.blueprint[rows, actions[Head.SLOT]]
+        if head == Head.BLEND and masks.blend is not None:
+            # Likewise the blend, for the slot and blueprint sampled: a gate adds parameters a budget may not hold.
+            wanted = wanted & masks.blend[rows, actions[Head.SLOT], actions[Head.BLUEPRINT]]
         mask = torch.where(relevant[:, head : head + 1], wanted, _one_hot_placeholder(batch, sizes[head], device))
         dist = MaskedCategorical(logits[head], mask, validate=False)
         value = dist.mode() if deterministic else dist.sample(generator)

@@ -144,17 +144,25 @@ class VectorEnvDriver:
         obs[done] = np.asarray(reset_obs, np.float32)[done]
         op_slot, flat = masks.op_slot.copy(), masks.flat.copy()
         op_slot[done], flat[done] = reset_masks.op_slot[done], reset_masks.flat[done]
-        return obs, ActionMasks(op_slot, flat, self._splice_blueprint(masks.blueprint, reset_masks.blueprint, done))
+        blueprint = self._splice("blueprint_mask", masks.blueprint, reset_masks.blueprint, done)
+        blend = self._splice("blend_mask", masks.blend, reset_masks.blend, done)
+        return obs, ActionMasks(op_slot, flat, blueprint, blend)
 
-    def _splice_blueprint(self, now: np.ndarray | None, reset: np.ndarray | None, done: np.ndarray
-                          ) -> np.ndarray | None:
-        """The blueprint mask with the rows ``done`` taken from ``reset``; a missing one allows every blueprint."""
+    def _splice(self, key: str, now: np.ndarray | None, reset: np.ndarray | None, done: np.ndarray
+                ) -> np.ndarray | None:
+        """The mask ``key`` (``blueprint_mask`` or ``blend_mask``) with the rows ``done`` taken from ``reset``; a
+        missing one allows everything."""
         if now is None and reset is None:
             return None
-        allowed = np.ones((self.num_envs, self.num_slots, self.head_sizes[Head.BLUEPRINT]), bool)
+        allowed = np.ones(self._planting_shape(key), bool)
         spliced = allowed if now is None else now.copy()
         spliced[done] = allowed[done] if reset is None else reset[done]
         return spliced
+
+    def _planting_shape(self, key: str) -> tuple[int, ...]:
+        """The shape of ``info["blueprint_mask"]``, or of ``info["blend_mask"]`` (one more axis: the blends)."""
+        shape = (self.num_envs, self.num_slots, self.head_sizes[Head.BLUEPRINT])
+        return shape if key == "blueprint_mask" else (*shape, self.head_sizes[Head.BLEND])
 
     def masks_from_info(self, info: dict[str, Any], rows: np.ndarray | None = None) -> ActionMasks:
         """The masks in ``info`` (all values allowed if the env gives none), validated for ``rows``."""
@@ -174,20 +182,22 @@ class VectorEnvDriver:
         op_slot = np.asarray(op_slot, bool)
         if op_slot.shape != (n, len(Op), self.num_slots):
             raise ValueError(f"info['op_slot_mask'] has shape {op_slot.shape}; expected {(n, len(Op), self.num_slots)}")
-        masks = ActionMasks(op_slot, flat, self._blueprint_from_info(info.get("blueprint_mask")))
+        masks = ActionMasks(op_slot, flat, self._planting_from_info(info, "blueprint_mask"),
+                            self._planting_from_info(info, "blend_mask"))
         self.validate(masks, np.ones(n, bool) if rows is None else rows)
         return masks
 
-    def _blueprint_from_info(self, raw: Any) -> np.ndarray | None:
-        """``info["blueprint_mask"]`` checked for shape, or None when the env gives none (a third-party env: the
-        flat mask's blueprint part then says everything)."""
+    def _planting_from_info(self, info: dict[str, Any], key: str) -> np.ndarray | None:
+        """``info[key]`` (``blueprint_mask`` or ``blend_mask``) checked for shape, or None when the env gives none
+        (a third-party env: the flat mask's blueprint and blend parts then say everything)."""
+        raw = info.get(key)
         if raw is None:
             return None
-        blueprint = np.asarray(raw, bool)
-        expected = (self.num_envs, self.num_slots, self.head_sizes[Head.BLUEPRINT])
-        if blueprint.shape != expected:
-            raise ValueError(f"info['blueprint_mask'] has shape {blueprint.shape}; expected {expected}")
-        return blueprint
+        mask = np.asarray(raw, bool)
+        expected = self._planting_shape(key)
+        if mask.shape != expected:
+            raise ValueError(f"info['{key}'] has shape {mask.shape}; expected {expected}")
+        return mask
 
     def validate(self, masks: ActionMasks, rows: np.ndarray) -> None:
         """Raise unless every sub-env in ``rows`` has a valid op and non-empty masks for the heads it reads."""
@@ -205,6 +215,8 @@ class VectorEnvDriver:
                                  f"an op that reads it is valid")
         if masks.blueprint is not None:
             self._validate_blueprint(masks, op_valid, offsets, rows)
+        if masks.blend is not None:
+            self._validate_blend(masks, op_valid, offsets, rows)
 
     def _validate_blueprint(self, masks: ActionMasks, op_valid: np.ndarray, offsets: np.ndarray,
                             rows: np.ndarray) -> None:
@@ -216,6 +228,21 @@ class VectorEnvDriver:
         for i, slot in np.argwhere(targeted & ~plantable & rows[:, None]):
             raise ValueError(f"sub-env {i}: slot {slot} may be germinated but blueprint_mask "
                              f"{masks.blueprint[i, slot].tolist()} and action_mask allow no blueprint there")
+
+    def _validate_blend(self, masks: ActionMasks, op_valid: np.ndarray, offsets: np.ndarray,
+                        rows: np.ndarray) -> None:
+        """Every blueprint that may be planted in a slot needs a blend both masks allow for it there."""
+        readers = op_valid & self.relevance[:, Head.BLEND]  # (N, num_ops)
+        targeted = (masks.op_slot & readers[:, :, None]).any(1)  # (N, num_slots)
+        plantable = masks.flat[:, None, offsets[Head.BLUEPRINT] : offsets[Head.BLUEPRINT + 1]]  # (N, 1, blueprints)
+        if masks.blueprint is not None:
+            plantable = plantable & masks.blueprint
+        marginal = masks.flat[:, None, None, offsets[Head.BLEND] : offsets[Head.BLEND + 1]]
+        blendable = (masks.blend & marginal).any(-1)  # (N, num_slots, num_blueprints)
+        stuck = targeted[:, :, None] & plantable & ~blendable & rows[:, None, None]
+        for i, slot, blueprint in np.argwhere(stuck):
+            raise ValueError(f"sub-env {i}: blueprint {blueprint} may be planted in slot {slot} but blend_mask "
+                             f"{masks.blend[i, slot, blueprint].tolist()} and action_mask allow no blend for it")
 
 
 __all__ = ["VectorEnvDriver", "EnvStep", "TELEMETRY_KEYS", "read_info", "autoreset_mode"]

@@ -170,3 +170,32 @@ def test_the_blueprint_mask_applies_to_the_sampled_slot() -> None:
         assert torch.allclose(evaluated.log_prob, sample.log_prob)
         germinated += int(germinate.sum())
     assert germinated > 500
+
+
+def test_the_blend_mask_applies_to_the_sampled_slot_and_blueprint() -> None:
+    """With ``ActionMasks.blend``, GERMINATE draws its blend among those allowed for the slot and blueprint it drew
+    (a gate may not fit the budget), the stored mask is exactly that row, and evaluating the stored mask gives back
+    the sample's log-prob bit for bit."""
+    g = torch.Generator().manual_seed(6)
+    batch = 512
+    masks = random_masks(batch, g)
+    blend = torch.rand(batch, NUM_SLOTS, SIZES[Head.BLUEPRINT], SIZES[Head.BLEND], generator=g) < 0.5
+    blend[..., 0] |= ~blend.any(-1)  # the env never offers a blueprint that no blend may plant
+    masks = masks._replace(blueprint=blend.any(-1), blend=blend)
+    rows, start = torch.arange(batch), sum(SIZES[:3])
+    germinated, restricted = 0, 0
+    for _ in range(20):
+        # Sharp logits: masking must win over them.
+        logits = [torch.randn(batch, n, generator=g) * 5 for n in SIZES]
+        sample = sample_factored(logits, masks, RELEVANCE, g)
+        germinate = sample.action[:, Head.OP] == Op.GERMINATE
+        slot, blueprint = sample.action[:, Head.SLOT], sample.action[:, Head.BLUEPRINT]
+        allowed = blend[rows, slot, blueprint]  # (batch, num_blends)
+        assert allowed[rows, sample.action[:, Head.BLEND]][germinate].all()
+        used = sample.used_mask[:, start : start + SIZES[Head.BLEND]]
+        assert torch.equal(used[germinate], allowed[germinate])  # the flat part is all True here
+        evaluated = evaluate_factored(logits, sample.used_mask, sample.action, RELEVANCE)
+        assert torch.equal(evaluated.log_prob, sample.log_prob)
+        germinated += int(germinate.sum())
+        restricted += int((~allowed.all(-1) & germinate).sum())
+    assert germinated > 500 and restricted > 250
