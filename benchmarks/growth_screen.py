@@ -45,7 +45,7 @@ from esper_agent.baselines import Actor, RandomValidActor, StaticActor
 from esper_agent.distributions import ActionMasks
 from esper_agent.envs import VectorEnvDriver
 from esper_agent.evaluate import run_episodes
-from esper_agent.heuristic import HeuristicActor
+from esper_agent.heuristic import HeuristicActor, allowed_blend
 from esper_agent.report import mean_ci95
 from esper_agent.train import make_envs
 from esper_env.config import EnvConfig
@@ -85,8 +85,9 @@ DEFAULT_ARMS = ("static", "random", "heuristic", "grow_conv_heavy", "grow_conv_l
 
 class ScriptedGrowthActor:
     """FOSSILIZE the first slot that may be fossilized; else GERMINATE the slot's planned blueprint into the first
-    slot that may germinate, has one and whose ``blueprint_mask`` (a hard parameter budget) allows it (linear
-    blend at the fastest tempo); else WAIT. Reads only the masks.
+    slot that may germinate, has one and whose ``blueprint_mask`` (a hard parameter budget) allows it (``blend``,
+    linear by default, at the fastest tempo; linear instead where ``blend_mask`` forbids a gated blend's gate);
+    else WAIT. Reads only the masks.
 
     ``blueprints`` is one blueprint name for every slot, or one name (or None: leave empty) per slot; nothing is
     germinated before the episode's ``start_step``-th step (counted from 0), FOSSILIZE is never held back."""
@@ -114,7 +115,8 @@ class ScriptedGrowthActor:
         planned = self._blueprint(slot)
         return planned is not None and (blueprint is None or bool(blueprint[slot, planned]))
 
-    def _one(self, op_slot: np.ndarray, may_germinate: bool, blueprint: np.ndarray | None = None) -> np.ndarray:
+    def _one(self, op_slot: np.ndarray, may_germinate: bool, blueprint: np.ndarray | None = None,
+             blend: np.ndarray | None = None) -> np.ndarray:
         action = np.zeros(len(Head), np.int64)
         fossilize = np.flatnonzero(op_slot[Op.FOSSILIZE])
         free = np.flatnonzero(op_slot[Op.GERMINATE]) if may_germinate else []
@@ -125,7 +127,8 @@ class ScriptedGrowthActor:
             slot = germinate[0]
             action[Head.OP], action[Head.SLOT] = Op.GERMINATE, slot
             action[Head.BLUEPRINT] = self._blueprint(slot)
-            action[Head.BLEND], action[Head.TEMPO] = self.blend, self.tempo
+            allowed = None if blend is None else blend[slot, action[Head.BLUEPRINT]]
+            action[Head.BLEND], action[Head.TEMPO] = allowed_blend(self.blend, allowed), self.tempo
         return action
 
     def act(self, obs: np.ndarray, masks: ActionMasks, episode_start: np.ndarray) -> np.ndarray:
@@ -135,8 +138,10 @@ class ScriptedGrowthActor:
         if self.steps.shape != (obs.shape[0],):  # act() without reset() (a one-off call): count from here
             self.reset(obs.shape[0])
         self.steps = np.where(np.asarray(episode_start, bool), 0, self.steps)
-        blueprint = [None] * obs.shape[0] if masks.blueprint is None else np.asarray(masks.blueprint)
-        actions = np.stack([self._one(op_slot[i], self.steps[i] >= self.start_step, blueprint[i])
+        none = [None] * obs.shape[0]
+        blueprint = none if masks.blueprint is None else np.asarray(masks.blueprint)
+        blend = none if masks.blend is None else np.asarray(masks.blend)
+        actions = np.stack([self._one(op_slot[i], self.steps[i] >= self.start_step, blueprint[i], blend[i])
                             for i in range(obs.shape[0])])
         self.steps += 1
         return actions

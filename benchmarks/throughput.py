@@ -100,20 +100,23 @@ def plain_loop(num_envs: int, kwargs: dict, epochs: int) -> dict:
 
 
 def random_policy(op_slot: np.ndarray, nvec: np.ndarray, rng: np.random.Generator, wait: float,
-                  blueprint_mask: np.ndarray | None = None) -> np.ndarray:
+                  blueprint_mask: np.ndarray | None = None, blend_mask: np.ndarray | None = None) -> np.ndarray:
     """A valid action: WAIT with probability ``wait``, else a uniformly chosen valid op and slot (and a blueprint
-    ``blueprint_mask`` allows in that slot, when given: a hard parameter budget)."""
+    ``blueprint_mask`` allows in that slot and a blend ``blend_mask`` allows for it, when given: a hard parameter
+    budget)."""
     action = np.zeros(len(nvec), dtype=np.int64)
     ops = np.flatnonzero(op_slot[1:].any(axis=1)) + 1
     if ops.size == 0 or rng.random() < wait:
         return action
     op = Op(rng.choice(ops))
     action[Head.OP] = op
-    for head in sorted(HEAD_RELEVANCE[op] - {Head.OP}):  # in head order: the slot is known before the blueprint
+    for head in sorted(HEAD_RELEVANCE[op] - {Head.OP}):  # in head order: slot, then blueprint, then blend
         if head == Head.SLOT:
             action[head] = rng.choice(np.flatnonzero(op_slot[op]))
         elif head == Head.BLUEPRINT and blueprint_mask is not None:
             action[head] = rng.choice(np.flatnonzero(blueprint_mask[action[Head.SLOT]]))
+        elif head == Head.BLEND and blend_mask is not None:
+            action[head] = rng.choice(np.flatnonzero(blend_mask[action[Head.SLOT], action[Head.BLUEPRINT]]))
         else:
             action[head] = rng.integers(nvec[head])
     return action
@@ -122,8 +125,9 @@ def random_policy(op_slot: np.ndarray, nvec: np.ndarray, rng: np.random.Generato
 def random_actions(info: dict, nvec: np.ndarray, rng: np.random.Generator, wait: float) -> np.ndarray:
     """:func:`random_policy` for every sub-env of a vector ``info``."""
     blueprints = info.get("blueprint_mask", [None] * len(info["op_slot_mask"]))
-    return np.stack([random_policy(m, nvec, rng, wait, b) for m, b in zip(info["op_slot_mask"], blueprints,
-                                                                           strict=True)])
+    blends = info.get("blend_mask", [None] * len(info["op_slot_mask"]))
+    return np.stack([random_policy(m, nvec, rng, wait, b, k) for m, b, k in zip(info["op_slot_mask"], blueprints,
+                                                                                 blends, strict=True)])
 
 
 def env_run(num_envs: int, kwargs: dict, execution: str, steps: int, wait: float = 0.7) -> dict:

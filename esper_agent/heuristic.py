@@ -13,7 +13,9 @@ Rules, checked in this order for each sub-env every step (the first that applies
    ``plateau_gain`` over the last ``plateau_epochs`` epochs) and enough of the episode is left for a seed to
    incubate, blend and be judged; blueprints rotate through ``blueprints``. Under a hard parameter budget
    (``blueprint_mask``) the rotation skips to the next blueprint the mask allows in that slot, the next free
-   slot is tried when it allows none, and nothing is planted when no free slot allows any;
+   slot is tried when it allows none, and nothing is planted when no free slot allows any; when the configured
+   blend is not allowed for the chosen blueprint (``blend_mask``: a gated blend whose gate does not fit), the
+   first blend that is (linear) is used instead;
 4. otherwise WAIT.
 """
 
@@ -66,15 +68,17 @@ class HeuristicActor:
             self.reset(obs.shape[0])
         self.rotation[np.asarray(episode_start, dtype=bool)] = 0
         op_slot = np.asarray(masks.op_slot)
-        blueprint = masks.blueprint  # None: every blueprint may be planted anywhere
-        rows = [None] * obs.shape[0] if blueprint is None else np.asarray(blueprint)
-        return np.stack([self._one(i, obs[i], op_slot[i], rows[i]) for i in range(obs.shape[0])])
+        none = [None] * obs.shape[0]  # no blueprint (blend) mask: every blueprint (blend) may be planted anywhere
+        blueprint = none if masks.blueprint is None else np.asarray(masks.blueprint)
+        blend = none if masks.blend is None else np.asarray(masks.blend)
+        return np.stack([self._one(i, obs[i], op_slot[i], blueprint[i], blend[i]) for i in range(obs.shape[0])])
 
     def _value(self, obs: np.ndarray, name: str) -> np.ndarray:
         field = self.fields[name]
         return obs[field.start:field.start + field.size]
 
-    def _one(self, env: int, obs: np.ndarray, op_slot: np.ndarray, blueprint: np.ndarray | None) -> np.ndarray:
+    def _one(self, env: int, obs: np.ndarray, op_slot: np.ndarray, blueprint: np.ndarray | None,
+             blend: np.ndarray | None) -> np.ndarray:
         action = np.zeros(len(Head), dtype=np.int64)
         for slot in range(self.num_slots):
             stage = int(np.argmax(self._value(obs, f"slot{slot}.stage")))
@@ -92,7 +96,8 @@ class HeuristicActor:
             slot, position = planting
             action = _with(action, Op.GERMINATE, slot)
             action[Head.BLUEPRINT] = self._rotation_blueprint(position)
-            action[Head.BLEND], action[Head.TEMPO] = self.config.blend, self.config.tempo
+            allowed = None if blend is None else blend[slot, action[Head.BLUEPRINT]]
+            action[Head.BLEND], action[Head.TEMPO] = allowed_blend(self.config.blend, allowed), self.config.tempo
             self.rotation[env] = position + 1  # the next planting continues after the blueprint used now
         return action
 
@@ -120,6 +125,19 @@ class HeuristicActor:
         if now < 0 or history[window - 1] < 0:
             return False
         return now - history[window - 1] < self.config.plateau_gain
+
+
+def allowed_blend(preferred: int, allowed: np.ndarray | None) -> int:
+    """``preferred`` where ``allowed`` (a planting's ``blend_mask`` row; None = every blend) allows it, else the
+    first blend it allows. Under a hard budget only the gated blend can be ruled out for a blueprint that fits, so
+    the fallback is ungated (linear)."""
+    if allowed is None or allowed[preferred]:
+        return preferred
+    choices = np.flatnonzero(allowed)
+    if choices.size == 0:
+        raise ValueError(f"blend_mask row {np.asarray(allowed).tolist()} allows no blend; expected at least one "
+                         "True for a blueprint that may be planted")
+    return int(choices[0])
 
 
 def _with(action: np.ndarray, op: Op, slot: int) -> np.ndarray:

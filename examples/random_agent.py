@@ -16,18 +16,21 @@ from esper_env.spaces import HEAD_RELEVANCE, Head
 
 
 def sample_valid(op_slot_mask: np.ndarray, nvec: np.ndarray, rng: np.random.Generator,
-                 blueprint_mask: np.ndarray | None = None) -> np.ndarray:
+                 blueprint_mask: np.ndarray | None = None, blend_mask: np.ndarray | None = None) -> np.ndarray:
     """Pick a valid op, then a slot that op may target, then any value for the other heads it reads; the
     blueprint among those ``blueprint_mask`` (``info["blueprint_mask"]``, a hard parameter budget) allows in
-    that slot."""
+    that slot, and the blend among those ``blend_mask`` (``info["blend_mask"]``: a gate may not fit) allows
+    for that blueprint."""
     op = rng.choice(np.flatnonzero(op_slot_mask.any(axis=1)))
     action = np.zeros(len(nvec), dtype=np.int64)
     action[Head.OP] = op
-    for head in sorted(HEAD_RELEVANCE[op]):  # in head order: the slot is known before the blueprint
+    for head in sorted(HEAD_RELEVANCE[op]):  # in head order: the slot and blueprint are known before the blend
         if head == Head.SLOT:
             action[head] = rng.choice(np.flatnonzero(op_slot_mask[op]))
         elif head == Head.BLUEPRINT and blueprint_mask is not None:
             action[head] = rng.choice(np.flatnonzero(blueprint_mask[action[Head.SLOT]]))
+        elif head == Head.BLEND and blend_mask is not None:
+            action[head] = rng.choice(np.flatnonzero(blend_mask[action[Head.SLOT], action[Head.BLUEPRINT]]))
         elif head != Head.OP:
             action[head] = rng.integers(nvec[head])
     return action
@@ -49,8 +52,9 @@ def main(argv: list[str] | None = None) -> None:
     returns, finished = np.zeros(args.num_envs), 0
     while finished < args.episodes * args.num_envs:
         blueprints = info.get("blueprint_mask", [None] * args.num_envs)
-        actions = np.stack([sample_valid(m, nvec, rng, b) for m, b in zip(info["op_slot_mask"], blueprints,
-                                                                           strict=True)])
+        blends = info.get("blend_mask", [None] * args.num_envs)
+        actions = np.stack([sample_valid(m, nvec, rng, b, k) for m, b, k in zip(info["op_slot_mask"], blueprints,
+                                                                                 blends, strict=True)])
         _, rewards, terminated, truncated, info = envs.step(actions)
         assert not info["invalid_action"].any()
         returns += rewards

@@ -92,6 +92,17 @@ def test_scripted_growth_plants_only_what_the_blueprint_mask_allows():
     assert actions[1, Head.OP] == Op.WAIT
 
 
+def test_scripted_growth_plants_a_gated_seed_only_where_its_gate_fits():
+    op_slot = np.zeros((2, len(Op), 3), bool)
+    op_slot[:, Op.WAIT] = op_slot[:, Op.GERMINATE] = True
+    blend = np.ones((2, 3, len(BLUEPRINT_NAMES), 3), bool)
+    blend[1, 0, BLUEPRINT_NAMES.index("conv_light"), 2] = False  # sub-env 1: the gate does not fit in slot 0
+    masks = ActionMasks(flat=np.ones((2, 1), bool), op_slot=op_slot, blueprint=blend.any(-1), blend=blend)
+    actions = growth_screen.ScriptedGrowthActor("conv_light", blend=2).act(np.zeros((2, 4)), masks, np.ones(2, bool))
+    assert (actions[:, Head.OP] == Op.GERMINATE).all() and (actions[:, Head.SLOT] == 0).all()
+    assert actions[:, Head.BLEND].tolist() == [2, 0]  # gated where it fits, else linear (ungated)
+
+
 def test_a_delayed_plan_waits_for_its_step_then_plants_and_counts_again_after_a_reset():
     op_slot = np.zeros((2, len(Op), 2), bool)
     op_slot[:, Op.WAIT] = op_slot[:, Op.GERMINATE, 0] = True

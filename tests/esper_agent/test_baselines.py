@@ -56,6 +56,26 @@ def test_random_valid_weights_slots_by_the_blueprints_they_allow() -> None:
     assert all(a[0] != Op.GERMINATE or blueprint[0, a[1], a[2]] for a in counts)
 
 
+def test_random_valid_weights_blueprints_by_the_blends_they_allow() -> None:
+    """Under a blend mask (a gate that does not fit) the joint actions stay equally likely: a blueprint with two
+    allowed blends gets two thirds of the draws of one with three, and a forbidden blend is never drawn."""
+    op_slot = np.zeros((1, len(Op), 2), bool)
+    op_slot[0, Op.WAIT] = True
+    op_slot[0, Op.GERMINATE] = [False, True]
+    flat = np.ones((1, sum(SIZES)), bool)
+    flat[0, : len(Op)] = op_slot[0].any(-1)
+    blend = np.zeros((1, 2, 7, 3), bool)
+    blend[0, 1, 0] = True  # blueprint 0: every blend
+    blend[0, 1, 1, :2] = True  # blueprint 1: linear and cosine, its gate does not fit
+    masks = ActionMasks(op_slot, flat, blend.any(-1), blend)
+    actor, draws = RandomValidActor(SIZES, seed=2), 8000
+    counts = Counter(tuple(actor.act(np.zeros((1, 3)), masks, np.ones(1, bool))[0]) for _ in range(draws))
+    # WAIT (1) + GERMINATE x slot 1 x (3 + 2 blends) x 3 tempos (15) = 16 actions.
+    assert len(counts) == 16
+    assert all(abs(c / draws - 1 / 16) < 0.015 for c in counts.values())
+    assert all(a[0] != Op.GERMINATE or blend[0, a[1], a[2], a[3]] for a in counts)
+
+
 def test_baselines_play_valid_episodes() -> None:
     driver = VectorEnvDriver(gym.make_vec(toy_env.ENV_ID, num_envs=3, autoreset_mode="SameStep"))
     for actor in (RandomValidActor(driver.head_sizes, seed=1), StaticActor()):
