@@ -104,13 +104,12 @@ class EnvConfig:
     makes every parameter past B cost a host-size worth at 1.0 (25 pp of return for 1,400 parameters over on a
     5.5k host), so within the budget the price is ``param_penalty`` alone."""
     param_budget_mask: bool = False
-    """True: GERMINATE of a blueprint whose seed would take the seed parameters past ``param_budget`` is masked
-    (a hard budget); needs ``param_budget``.
+    """True: a GERMINATE whose seed would take the seed parameters past ``param_budget`` is masked (a hard
+    budget); needs ``param_budget``.
 
-    Seeds count at full size (alpha 1, gate included) and the candidate at its ungated size: the mask is per
-    (slot, blueprint) and the blend is another head, so it cannot say whether a gate comes with it. A GATED
-    planting may therefore pass the budget by its gate's parameters (one gate at most: nothing is planted once
-    past it), which the ``over_budget_penalty`` hinge still prices."""
+    Seeds count at full size (alpha 1, gate included), and so does the candidate: ``blueprint_mask`` allows a
+    blueprint whose ungated seed fits, ``blend_mask`` the gated blend only where the seed fits with its gate, so
+    the seed parameters never pass the budget (and the ``over_budget_penalty`` hinge never fires)."""
     pbrs_weight: float = 0.0
     """Weight of the potential-based shaping term over lifecycle stages (0 = off)."""
     pbrs_gamma: float = 0.995
