@@ -300,7 +300,7 @@ class EsperVectorEnv(VectorEnv):
         ep = self._episodes[i]
         self._obs[i] = observe(ep, self.config, self._param_table, self.host_params)
         self._blend_mask[i] = masks.blend_mask(ep.slots, self.config, self._param_table)
-        self._blueprint_mask[i] = masks.blueprint_mask(ep.slots, self.config, self._param_table)
+        self._blueprint_mask[i] = self._blend_mask[i].any(axis=-1)  # masks.blueprint_mask, without recomputing
         self._op_slot[i] = masks.op_slot_mask(ep.slots, self.config, self._blueprint_mask[i])
 
     def _mask_info(self, reset: np.ndarray) -> dict[str, np.ndarray]:
