@@ -45,7 +45,7 @@ from esper_agent.baselines import Actor, RandomValidActor, StaticActor
 from esper_agent.distributions import ActionMasks
 from esper_agent.envs import VectorEnvDriver
 from esper_agent.evaluate import run_episodes
-from esper_agent.heuristic import HeuristicActor, allowed_blend
+from esper_agent.heuristic import HeuristicActor, allowed_blend, planting_masks
 from esper_agent.report import mean_ci95
 from esper_agent.train import make_envs
 from esper_env.config import EnvConfig
@@ -138,9 +138,7 @@ class ScriptedGrowthActor:
         if self.steps.shape != (obs.shape[0],):  # act() without reset() (a one-off call): count from here
             self.reset(obs.shape[0])
         self.steps = np.where(np.asarray(episode_start, bool), 0, self.steps)
-        none = [None] * obs.shape[0]
-        blueprint = none if masks.blueprint is None else np.asarray(masks.blueprint)
-        blend = none if masks.blend is None else np.asarray(masks.blend)
+        blueprint, blend = planting_masks(masks, obs.shape[0])
         actions = np.stack([self._one(op_slot[i], self.steps[i] >= self.start_step, blueprint[i], blend[i])
                             for i in range(obs.shape[0])])
         self.steps += 1

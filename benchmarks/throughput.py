@@ -34,7 +34,7 @@ import esper_env  # noqa: F401
 from esper_env.config import EnvConfig
 from esper_env.data import load_dataset, normalize, random_crop_flip
 from esper_env.host import HostModel
-from esper_env.spaces import HEAD_RELEVANCE, Head, Op
+from esper_env.masks import fill_heads
 
 CIFAR_SHAPED = {"dataset": "synthetic", "synthetic_train_size": 45_000, "synthetic_val_size": 5_000,
                 "synthetic_test_size": 1_000, "synthetic_image_size": 32}
@@ -101,25 +101,12 @@ def plain_loop(num_envs: int, kwargs: dict, epochs: int) -> dict:
 
 def random_policy(op_slot: np.ndarray, nvec: np.ndarray, rng: np.random.Generator, wait: float,
                   blueprint_mask: np.ndarray | None = None, blend_mask: np.ndarray | None = None) -> np.ndarray:
-    """A valid action: WAIT with probability ``wait``, else a uniformly chosen valid op and slot (and a blueprint
-    ``blueprint_mask`` allows in that slot and a blend ``blend_mask`` allows for it, when given: a hard parameter
-    budget)."""
-    action = np.zeros(len(nvec), dtype=np.int64)
+    """A valid action: WAIT with probability ``wait``, else a uniformly chosen valid op other than WAIT and
+    :func:`esper_env.masks.fill_heads` for it (the masks, when given, are a hard parameter budget's)."""
     ops = np.flatnonzero(op_slot[1:].any(axis=1)) + 1
     if ops.size == 0 or rng.random() < wait:
-        return action
-    op = Op(rng.choice(ops))
-    action[Head.OP] = op
-    for head in sorted(HEAD_RELEVANCE[op] - {Head.OP}):  # in head order: slot, then blueprint, then blend
-        if head == Head.SLOT:
-            action[head] = rng.choice(np.flatnonzero(op_slot[op]))
-        elif head == Head.BLUEPRINT and blueprint_mask is not None:
-            action[head] = rng.choice(np.flatnonzero(blueprint_mask[action[Head.SLOT]]))
-        elif head == Head.BLEND and blend_mask is not None:
-            action[head] = rng.choice(np.flatnonzero(blend_mask[action[Head.SLOT], action[Head.BLUEPRINT]]))
-        else:
-            action[head] = rng.integers(nvec[head])
-    return action
+        return np.zeros(len(nvec), dtype=np.int64)
+    return fill_heads(int(rng.choice(ops)), op_slot, nvec, rng, blueprint_mask, blend_mask)
 
 
 def random_actions(info: dict, nvec: np.ndarray, rng: np.random.Generator, wait: float) -> np.ndarray:

@@ -21,6 +21,7 @@ Rules, checked in this order for each sub-env every step (the first that applies
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,9 +69,7 @@ class HeuristicActor:
             self.reset(obs.shape[0])
         self.rotation[np.asarray(episode_start, dtype=bool)] = 0
         op_slot = np.asarray(masks.op_slot)
-        none = [None] * obs.shape[0]  # no blueprint (blend) mask: every blueprint (blend) may be planted anywhere
-        blueprint = none if masks.blueprint is None else np.asarray(masks.blueprint)
-        blend = none if masks.blend is None else np.asarray(masks.blend)
+        blueprint, blend = planting_masks(masks, obs.shape[0])
         return np.stack([self._one(i, obs[i], op_slot[i], blueprint[i], blend[i]) for i in range(obs.shape[0])])
 
     def _value(self, obs: np.ndarray, name: str) -> np.ndarray:
@@ -125,6 +124,15 @@ class HeuristicActor:
         if now < 0 or history[window - 1] < 0:
             return False
         return now - history[window - 1] < self.config.plateau_gain
+
+
+def planting_masks(masks, num_envs: int) -> tuple[Sequence[np.ndarray | None], Sequence[np.ndarray | None]]:
+    """Each sub-env's ``blueprint_mask`` and ``blend_mask`` rows from ``masks`` (an ``ActionMasks``); None per
+    sub-env where the env gives no such mask (every blueprint, every blend may be planted anywhere)."""
+    none = [None] * num_envs
+    blueprint = none if masks.blueprint is None else np.asarray(masks.blueprint)
+    blend = none if masks.blend is None else np.asarray(masks.blend)
+    return blueprint, blend
 
 
 def allowed_blend(preferred: int, allowed: np.ndarray | None) -> int:

@@ -121,6 +121,26 @@ def is_valid(action: np.ndarray, op_slot: np.ndarray, blueprints: np.ndarray | N
     return blends is None or bool(blends[slot, blueprint, int(action[Head.BLEND])])
 
 
+def fill_heads(op: int, op_slot: np.ndarray, nvec: np.ndarray, rng: np.random.Generator,
+               blueprints: np.ndarray | None = None, blends: np.ndarray | None = None) -> np.ndarray:
+    """A valid action for ``op`` (which ``op_slot`` must allow somewhere): a slot ``op_slot[op]`` allows, then
+    for each other head the op reads a uniform value among those allowed, the blueprint by ``blueprints`` in
+    that slot and the blend by ``blends`` for that blueprint (None = every value). Heads the op ignores stay 0.
+    Draws from ``rng`` in head order, so a seeded caller gets the same actions every run."""
+    action = np.zeros(len(nvec), dtype=np.int64)
+    action[Head.OP] = op
+    for head in sorted(HEAD_RELEVANCE[Op(op)] - {Head.OP}):  # head order: slot and blueprint come before blend
+        if head == Head.SLOT:
+            action[head] = rng.choice(np.flatnonzero(op_slot[op]))
+        elif head == Head.BLUEPRINT and blueprints is not None:
+            action[head] = rng.choice(np.flatnonzero(blueprints[action[Head.SLOT]]))
+        elif head == Head.BLEND and blends is not None:
+            action[head] = rng.choice(np.flatnonzero(blends[action[Head.SLOT], action[Head.BLUEPRINT]]))
+        else:
+            action[head] = rng.integers(nvec[head])
+    return action
+
+
 def validate_actions(actions: object, num_envs: int, nvec: np.ndarray) -> np.ndarray:
     """Check a batch of actions for shape, dtype, NaN and range; return it as int64 ``(num_envs, heads)``.
 

@@ -12,28 +12,17 @@ import gymnasium as gym
 import numpy as np
 
 import esper_env  # noqa: F401  (registers the Esper ids)
-from esper_env.spaces import HEAD_RELEVANCE, Head
+from esper_env.masks import fill_heads
 
 
 def sample_valid(op_slot_mask: np.ndarray, nvec: np.ndarray, rng: np.random.Generator,
                  blueprint_mask: np.ndarray | None = None, blend_mask: np.ndarray | None = None) -> np.ndarray:
-    """Pick a valid op, then a slot that op may target, then any value for the other heads it reads; the
-    blueprint among those ``blueprint_mask`` (``info["blueprint_mask"]``, a hard parameter budget) allows in
-    that slot, and the blend among those ``blend_mask`` (``info["blend_mask"]``: a gate may not fit) allows
+    """Pick a valid op, then let ``fill_heads`` pick a slot that op may target and a value for every other head it
+    reads: the blueprint among those ``blueprint_mask`` (``info["blueprint_mask"]``, a hard parameter budget)
+    allows in that slot, the blend among those ``blend_mask`` (``info["blend_mask"]``: a gate may not fit) allows
     for that blueprint."""
-    op = rng.choice(np.flatnonzero(op_slot_mask.any(axis=1)))
-    action = np.zeros(len(nvec), dtype=np.int64)
-    action[Head.OP] = op
-    for head in sorted(HEAD_RELEVANCE[op]):  # in head order: the slot and blueprint are known before the blend
-        if head == Head.SLOT:
-            action[head] = rng.choice(np.flatnonzero(op_slot_mask[op]))
-        elif head == Head.BLUEPRINT and blueprint_mask is not None:
-            action[head] = rng.choice(np.flatnonzero(blueprint_mask[action[Head.SLOT]]))
-        elif head == Head.BLEND and blend_mask is not None:
-            action[head] = rng.choice(np.flatnonzero(blend_mask[action[Head.SLOT], action[Head.BLUEPRINT]]))
-        elif head != Head.OP:
-            action[head] = rng.integers(nvec[head])
-    return action
+    op = int(rng.choice(np.flatnonzero(op_slot_mask.any(axis=1))))
+    return fill_heads(op, op_slot_mask, nvec, rng, blueprint_mask, blend_mask)
 
 
 def main(argv: list[str] | None = None) -> None:

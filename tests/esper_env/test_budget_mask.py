@@ -227,3 +227,19 @@ def test_the_flat_sb3_adapter_masks_over_budget_joint_actions(tiny):
     blueprint_part = get_action_masks(marginal)[:, BLUEPRINT_PART]
     np.testing.assert_array_equal(blueprint_part, np.broadcast_to(_fits(BUDGET).any(axis=0), blueprint_part.shape))
     assert not blueprint_part.all()  # narrowed: conv_heavy fits in no slot
+
+
+def test_fill_heads_completes_an_op_into_an_action_the_masks_allow():
+    """The one sampler the example and the throughput benchmark share: whatever it draws, ``is_valid`` agrees."""
+    slots = (EMPTY,) * 3
+    cfg = EnvConfig(param_budget=BUDGET, param_budget_mask=True)
+    table = np.array([[[seed_param_count(b, c, g) for g in (False, True)] for b in range(len(BLUEPRINT_NAMES))]
+                      for c in CHANNELS])
+    blends = env_masks.blend_mask(slots, cfg, table)
+    blueprints = blends.any(-1)
+    op_slot = env_masks.op_slot_mask(slots, cfg, blueprints)
+    nvec, rng = np.array(head_sizes(3)), np.random.default_rng(0)
+    drawn = [env_masks.fill_heads(Op.GERMINATE, op_slot, nvec, rng, blueprints, blends) for _ in range(300)]
+    assert all(env_masks.is_valid(a, op_slot, blueprints, blends) for a in drawn)
+    assert {int(a[Head.BLEND]) for a in drawn if not blends[a[Head.SLOT], a[Head.BLUEPRINT], GATED]} <= {0, 1}
+    assert len({(int(a[Head.SLOT]), int(a[Head.BLUEPRINT])) for a in drawn}) > 3  # it does explore
