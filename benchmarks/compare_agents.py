@@ -7,7 +7,11 @@ marginal masks), ``heuristic``, ``random`` (uniform over valid joint actions) an
 Each (arm, seed) is one resumable slice: it trains (learning arms) for ``--budget-epochs`` host epochs (the
 expensive unit: one sub-env step = one host epoch), then evaluates ``--eval-episodes`` episodes (one per sub-env of
 an evaluation env seeded apart from training, deterministic actions, test accuracy measured at the end) and writes
-``<out>/<env>/<arm>/seed<k>.json`` plus one timeline PNG per evaluated episode. Existing slices are skipped, so a
+``<out>/<env>/<arm>/seed<k>.json`` plus one timeline PNG per evaluated episode. Seed ``k``'s evaluation episodes
+reset from ``EVAL_SEED_OFFSET + k * stride + i`` (``--eval-seed-stride``, default 1000): every arm plays the same
+episodes for one seed (paired), and different seeds play different episodes. Campaigns before 2026-11-27 used
+stride 1, so seed k+1 replayed all but one of seed k's episodes; ``compare_report`` counts only episodes no other
+seed of the arm is credited with, which makes both kinds of slice valid. Existing slices are skipped, so a
 campaign larger than one session's device time is split over sessions; ``benchmarks/compare_report.py`` rebuilds
 the table and learning curves from every committed slice.
 
@@ -31,6 +35,7 @@ import esper_env  # noqa: F401
 from benchmarks.growth_screen import json_safe
 from benchmarks.throughput import device_name
 from esper_agent.baselines import RandomValidActor, StaticActor
+from esper_agent.collect import rollout_seed
 from esper_agent.config import AgentConfig
 from esper_agent.distributions import ActionMasks
 from esper_agent.envs import VectorEnvDriver
@@ -46,6 +51,9 @@ from esper_env.wrappers import joint_actions, joint_masks
 ARMS = ("esper_agent", "maskable_flat", "maskable_multidiscrete", "heuristic", "random", "static")
 LEARNING_ARMS = ("esper_agent", "maskable_flat", "maskable_multidiscrete")
 EVAL_SEED_OFFSET = 100_000  # evaluation envs never replay a training seed
+# Sub-envs of one evaluation env: on the GPU each holds its own CUDA-graph memory pools (about 0.8 GB on the
+# two-block Fast host), and 48 at once in each of four processes ran an H200 out of memory.
+EVAL_CHUNK = 16
 
 
 class Sb3Actor:
@@ -87,7 +95,10 @@ def train_maskable(args: argparse.Namespace, seed: int, flatten: bool) -> tuple[
 
     from esper_env.sb3 import make_sb3_env
 
-    env = VecMonitor(make_sb3_env(args.env, args.num_envs, flatten=flatten, seed=seed, **args.env_kwargs))
+    # sub-env i resets from reset_seed + i: a hashed base (as esper_agent's first rollout has), because consecutive
+    # training seeds as bases would give seed k+1 all but one of seed k's sub-env streams
+    reset_seed = rollout_seed(seed, 0)
+    env = VecMonitor(make_sb3_env(args.env, args.num_envs, flatten=flatten, seed=reset_seed, **args.env_kwargs))
     curve: list[dict] = []
 
     class Curve(BaseCallback):
@@ -130,20 +141,31 @@ def make_actor(arm: str, args: argparse.Namespace, seed: int) -> tuple[Any, list
     return train_maskable(args, seed, flatten=arm == "maskable_flat")
 
 
+def eval_env_seeds(seed: int, episodes: int, stride: int) -> list[int]:
+    """The reset seed of each evaluation episode of training seed ``seed`` (one episode per sub-env)."""
+    base = EVAL_SEED_OFFSET + seed * stride
+    return list(range(base, base + episodes))
+
+
 def evaluate(actor: Any, args: argparse.Namespace, seed: int) -> tuple[list[dict], list[EpisodeRecord]]:
-    """One episode per sub-env of a fresh evaluation env; test accuracy measured at each episode's end."""
-    n = args.eval_episodes
+    """One episode per reset seed of :func:`eval_env_seeds`, each the first episode of a sub-env of a fresh
+    evaluation env (at most ``EVAL_CHUNK`` sub-envs at a time); test accuracy measured at each episode's end."""
+    seeds = eval_env_seeds(seed, args.eval_episodes, args.eval_seed_stride)
     # the evaluation's own settings win over --env-kwargs (which may name them too, e.g. report_test_accuracy)
     kwargs = args.env_kwargs | {"autoreset_mode": "SameStep", "report_test_accuracy": True}
-    envs = gym.make_vec(args.env, num_envs=n, **kwargs)
-    driver = VectorEnvDriver(envs)
-    recorder = TimelineRecorder(driver, envs.unwrapped.config.max_epochs)
-    records = run_episodes(driver, actor, n, EVAL_SEED_OFFSET + seed, on_step=recorder)
-    timelines = recorder.timelines_of(records)
-    envs.close()
-    episodes = [{"return": r.episode_return, "val_accuracy": r.final_accuracy, "test_accuracy": r.test_accuracy,
-                 "seed_params": r.seed_params, "rollback": r.rollback, "length": r.length,
-                 "invalid_rate": float(np.mean(t.invalid_action))} for r, t in zip(records, timelines, strict=True)]
+    episodes, timelines = [], []
+    for start in range(0, len(seeds), EVAL_CHUNK):
+        chunk = seeds[start:start + EVAL_CHUNK]
+        envs = gym.make_vec(args.env, num_envs=len(chunk), **kwargs)
+        driver = VectorEnvDriver(envs)
+        recorder = TimelineRecorder(driver, envs.unwrapped.config.max_epochs)
+        records = run_episodes(driver, actor, len(chunk), chunk[0], on_step=recorder)  # sub-env i: chunk[0] + i
+        envs.close()
+        timelines += recorder.timelines_of(records)
+        episodes += [{"env_seed": env_seed, "return": r.episode_return, "val_accuracy": r.final_accuracy,
+                      "test_accuracy": r.test_accuracy, "seed_params": r.seed_params, "rollback": r.rollback,
+                      "length": r.length, "invalid_rate": float(np.mean(t.invalid_action))}
+                     for env_seed, r, t in zip(chunk, records, timelines[-len(chunk):], strict=True)]
     return episodes, timelines
 
 
@@ -158,6 +180,7 @@ def run_slice(arm: str, seed: int, args: argparse.Namespace, folder: Path) -> di
     write_contact_sheet(records, folder / f"seed{seed}-sheet.png", title=f"{arm} on {args.env}, seed {seed}")
     commit, dirty = git_commit()
     return {"arm": arm, "seed": seed, "env": args.env, "env_kwargs": args.env_kwargs, "num_envs": args.num_envs,
+            "eval_seed_stride": args.eval_seed_stride,
             "budget_host_epochs": args.budget_epochs if arm in LEARNING_ARMS else 0,
             "agent_kwargs": json.loads(args.agent_kwargs) if arm == "esper_agent" else {},
             "agent_config": _agent_config(args).to_dict() if arm == "esper_agent" else None,
@@ -177,12 +200,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--budget-epochs", type=int, default=8000, help="training budget (host epochs, summed "
                         "over sub-envs) of every learning arm")
     parser.add_argument("--eval-episodes", type=int, default=8, help="evaluation episodes per seed")
+    parser.add_argument("--eval-seed-stride", type=int, default=1000, help="seed k evaluates on reset seeds "
+                        "EVAL_SEED_OFFSET + k * stride + i; 1 only to finish a campaign begun before 2026-11-27 "
+                        "with episodes paired to its earlier slices")
     parser.add_argument("--agent-kwargs", default="{}", help="JSON AgentConfig overrides for esper_agent")
     parser.add_argument("--agent-device", default="auto", help="cpu, cuda or auto (cuda when there is a GPU)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/compare"))
     parser.add_argument("--label", default="", help="suffix of each arm's results folder (<arm>-<label>), so that "
                         "one arm can be run with several configs side by side")
     args = parser.parse_args(argv)
+    if args.eval_seed_stride < 1:
+        parser.error(f"--eval-seed-stride {args.eval_seed_stride}: expected an integer >= 1")
     for arm in args.arms:
         folder = args.out / args.env / (f"{arm}-{args.label}" if args.label else arm)
         folder.mkdir(parents=True, exist_ok=True)

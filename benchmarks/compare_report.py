@@ -2,8 +2,9 @@
 
     python -m benchmarks.compare_report benchmarks/results/compare/Esper-CIFAR10-Fast-v0
 
-Per arm, each seed contributes the mean over its evaluation episodes; the table gives the mean over seeds with
-a 95% Student-t confidence interval. "Gain per 1k params" is (test accuracy - static's) in percentage points per
+Per arm, each seed contributes the mean over its counted evaluation episodes (:func:`counted_episodes`: no reset
+seed counts for two seeds of one arm, so the seeds' scores are independent); the table gives the mean over seeds
+with a 95% Student-t confidence interval. "Gain per 1k params" is (test accuracy - static's) in percentage points per
 1,000 added seed parameters (alpha-weighted, at the end of the episode); it is noise-dominated where an arm adds
 few parameters, so the table also gives the difference to static itself, on the test set and on the
 validation images the env's reward measures (``val_images`` of them: 2,000 in ``Esper-CIFAR10-Fast-v0``).
@@ -30,6 +31,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from benchmarks.compare_agents import eval_env_seeds
 from esper_agent.evaluate import mean_ci95
 from esper_env.lifecycle import Stage
 from esper_env.spaces import BLUEPRINT_NAMES
@@ -50,19 +52,52 @@ def _rank(folder: str) -> int:
     return ORDER.index(arm) if arm in ORDER else len(ORDER)
 
 
+def episode_seeds(slice_: dict) -> list[int]:
+    """The reset seed of each of a slice's evaluation episodes; slices before 2026-11-27 did not record them and
+    all used stride 1 (``compare_agents.eval_env_seeds``)."""
+    episodes = slice_["episodes"]
+    if all("env_seed" in e for e in episodes):
+        return [e["env_seed"] for e in episodes]
+    return eval_env_seeds(slice_["seed"], len(episodes), slice_.get("eval_seed_stride", 1))
+
+
+def counted_episodes(slices: list[dict]) -> list[dict[int, dict]]:
+    """Per slice (in the given order), the episodes it is scored on, by reset seed: the same number for every
+    seed of the arm, and no reset seed counted for two of them. Seeds in increasing order each take the lowest
+    reset seeds of their own that no earlier seed took. With disjoint reset seeds that is every episode; with
+    the overlapping ones of old campaigns (seed k+1 replayed all but one of seed k's), a fixed policy scored
+    nearly the same on every seed, and a CI over seeds measured nothing."""
+    seeds_of = [episode_seeds(s) for s in slices]
+    share = len(set().union(*seeds_of)) // max(1, len(slices))
+    taken: set[int] = set()
+    counted: list[dict[int, dict]] = [{} for _ in slices]
+    for k in sorted(range(len(slices)), key=lambda k: slices[k]["seed"]):
+        free = sorted((seed, n) for n, seed in enumerate(seeds_of[k]) if seed not in taken)[:share]
+        counted[k] = {seed: slices[k]["episodes"][n] for seed, n in free}
+        taken.update(counted[k])
+    return counted
+
+
+def _mean_of(episodes: dict[int, dict], key: str) -> float:
+    values = [e[key] for e in episodes.values() if e.get(key) is not None]
+    return float(np.mean(values)) if values else math.nan
+
+
 def _per_seed(slices: list[dict], key: str) -> list[float]:
-    out = []
-    for s in slices:
-        values = [e[key] for e in s["episodes"] if e.get(key) is not None]
-        out.append(float(np.mean(values)) if values else math.nan)
-    return out
+    return [_mean_of(episodes, key) for episodes in counted_episodes(slices)]
 
 
 def paired_difference(slices: list[dict], reference: list[dict]) -> tuple[float, float, int]:
-    """Mean and 95% CI half-width over the seeds both ran of (test accuracy - the reference's), and their count."""
-    theirs = dict(zip((r["seed"] for r in reference), _per_seed(reference, "test_accuracy"), strict=True))
-    ours = dict(zip((s["seed"] for s in slices), _per_seed(slices, "test_accuracy"), strict=True))
-    diffs = [ours[seed] - theirs[seed] for seed in sorted(ours.keys() & theirs.keys())]
+    """Mean and 95% CI half-width over the seeds both ran of (test accuracy - the reference's) on the counted
+    episodes both played, and the number of those seeds."""
+    theirs = {s["seed"]: e for s, e in zip(reference, counted_episodes(reference), strict=True)}
+    diffs = []
+    for s, ours in sorted(zip(slices, counted_episodes(slices), strict=True), key=lambda pair: pair[0]["seed"]):
+        both = sorted(ours.keys() & theirs.get(s["seed"], {}).keys())
+        pairs = [(ours[e]["test_accuracy"], theirs[s["seed"]][e]["test_accuracy"]) for e in both]
+        pairs = [a - b for a, b in pairs if a is not None and b is not None]
+        if pairs:
+            diffs.append(float(np.mean(pairs)))
     if not diffs:
         return math.nan, math.nan, 0
     mean, half = mean_ci95(diffs)
@@ -110,6 +145,7 @@ def summarize(arms: dict[str, list[dict]]) -> list[dict]:
                 e["rollback"] for s in slices for e in s["episodes"])),
             "seconds_per_seed": float(np.mean([s["train_seconds"] + s["eval_seconds"] for s in slices])),
             "devices": sorted({s["device"] for s in slices}), "episodes_per_seed": len(slices[0]["episodes"]),
+            "counted_per_seed": len(counted_episodes(slices)[0]),
             "per_seed": [{"seed": s["seed"], "test_accuracy": t, "seed_params": p, "grown": grown([s])}
                          for s, t, p in zip(slices, _per_seed(slices, "test_accuracy"),
                                             _per_seed(slices, "seed_params"), strict=True)],
@@ -125,9 +161,11 @@ def markdown(rows: list[dict], env: str) -> str:
         return "" if not math.isfinite(v) else f" ± {100 * v:.2f}"
 
     devices = " / ".join(sorted({d for row in rows for d in row["devices"]}))
-    lines = [f"Env {env}; devices {devices}; {rows[0]['episodes_per_seed']} evaluation episodes per "
-             "seed; mean over seeds with a 95% CI; grown: the most common seeds at the end of an episode, slot by "
-             "slot (* = not fossilized), with its share of episodes.", "",
+    counted = sorted({row["counted_per_seed"] for row in rows})
+    lines = [f"Env {env}; devices {devices}; {rows[0]['episodes_per_seed']} evaluation episodes per seed, "
+             f"{' to '.join(map(str, counted[::len(counted) - 1 or 1]))} of them counted (no reset seed counted "
+             "for two seeds of an arm); mean over seeds with a 95% CI; grown: the most common seeds at the end "
+             "of an episode, slot by slot (* = not fossilized), with its share of episodes.", "",
              "| arm | seeds | test accuracy % | − static, test / val (pp) | − heuristic, paired (pp) | return (pp) | "
              "seed params | gain pp / 1k params | grown | invalid actions % | budget (host epochs) | rollbacks | "
              "wall s / seed |",
@@ -143,7 +181,7 @@ def markdown(rows: list[dict], env: str) -> str:
                      f"{r['grown']} | "
                      f"{pct(r['invalid_rate'])} | {r['budget_host_epochs']} | "
                      f"{r['rollbacks']} | {r['seconds_per_seed']:.0f} |")
-    lines += ["", "Per seed (mean over its evaluation episodes):", "",
+    lines += ["", "Per seed (mean over its counted evaluation episodes):", "",
               "| arm | seed | test accuracy % | seed params | grown |", "|---|---:|---:|---:|---|"]
     lines += [f"| {r['arm']} | {p['seed']} | {pct(p['test_accuracy'])} | {p['seed_params']:.0f} | {p['grown']} |"
               for r in rows for p in r["per_seed"]]

@@ -93,14 +93,27 @@ def test_the_report_names_the_seeds_grown_slot_by_slot():
     assert compare_report.grown([{"episodes": []}]) == "n/a"
 
 
-def test_the_paired_difference_uses_only_the_seeds_both_arms_ran():
-    def slice_(seed, *accuracies):
-        return {"seed": seed, "episodes": [{"test_accuracy": a} for a in accuracies]}
+def test_the_paired_difference_uses_only_the_seeds_and_episodes_both_arms_ran():
+    def slice_(seed, **accuracy_of_env_seed):
+        return {"seed": seed, "episodes": [{"env_seed": int(e[1:]), "test_accuracy": a}
+                                           for e, a in accuracy_of_env_seed.items()]}
 
-    arm = [slice_(0, 0.50, 0.52), slice_(1, 0.60), slice_(3, 0.90)]
-    heuristic = [slice_(0, 0.50), slice_(1, 0.58), slice_(2, 0.10)]
+    arm = [slice_(0, e0=0.50, e1=0.52), slice_(1, e10=0.60, e11=0.70), slice_(3, e30=0.90, e31=0.90)]
+    heuristic = [slice_(0, e0=0.50, e1=0.50), slice_(1, e10=0.58, e12=0.10), slice_(2, e20=0.10, e21=0.10)]
     mean, half, pairs = compare_report.paired_difference(arm, heuristic)
-    assert pairs == 2 and mean == pytest.approx(0.015)  # seed 0: +0.01, seed 1: +0.02; seeds 2 and 3 unpaired
+    # seed 0: (0 + 0.02) / 2; seed 1: only reset seed 10 was played by both; seeds 2 and 3 unpaired
+    assert pairs == 2 and mean == pytest.approx(0.015)
     assert half > 0
     mean, _, pairs = compare_report.paired_difference(arm, [])
     assert pairs == 0 and math.isnan(mean)
+
+
+def test_seeds_are_scored_on_episodes_no_other_seed_counts():
+    # slices from before the reset seeds were recorded: seed k played reset seeds 100000 + k + i
+    old = [{"seed": k, "episodes": [{"test_accuracy": 0.5 + k + i} for i in range(3)]} for k in (1, 0)]
+    counted = compare_report.counted_episodes(old)
+    assert [sorted(c) for c in counted] == [[100_002, 100_003], [100_000, 100_001]]  # 4 reset seeds, 2 each
+    assert compare_report._per_seed(old, "test_accuracy") == [pytest.approx(3.0), pytest.approx(1.0)]
+    new = [{"seed": k, "episodes": [{"env_seed": 100_000 + 1000 * k + i, "test_accuracy": 0.5} for i in range(3)]}
+           for k in (0, 1)]
+    assert [len(c) for c in compare_report.counted_episodes(new)] == [3, 3]  # disjoint: every episode counts
