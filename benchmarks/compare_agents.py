@@ -7,13 +7,22 @@ marginal masks), ``heuristic``, ``random`` (uniform over valid joint actions) an
 Each (arm, seed) is one resumable slice: it trains (learning arms) for ``--budget-epochs`` host epochs (the
 expensive unit: one sub-env step = one host epoch), then evaluates ``--eval-episodes`` episodes (one per sub-env of
 an evaluation env seeded apart from training, deterministic actions, test accuracy measured at the end) and writes
-``<out>/<env>/<arm>/seed<k>.json`` plus one timeline PNG per evaluated episode. Seed ``k``'s evaluation episodes
+``<out>/<env>/<arm>/seed<k>.json`` (its episodes' timelines in ``seed<k>-records.json.gz``) plus one timeline PNG
+per evaluated episode. Seed ``k``'s evaluation episodes
 reset from ``EVAL_SEED_OFFSET + k * stride + i`` (``--eval-seed-stride``, default 1000): every arm plays the same
 episodes for one seed (paired), and different seeds play different episodes. Campaigns before 2026-11-27 used
 stride 1, so seed k+1 replayed all but one of seed k's episodes; ``compare_report`` counts only episodes no other
 seed of the arm is credited with, which makes both kinds of slice valid. Existing slices are skipped, so a
 campaign larger than one session's device time is split over sessions; ``benchmarks/compare_report.py`` rebuilds
 the table and learning curves from every committed slice.
+
+A learning arm's training can itself span sessions: with ``--time-limit-s``, a slice that has trained that long
+saves its training state beside its folder's slices (``seed<k>.ckpt`` for esper_agent, ``seed<k>.sb3.zip`` and
+``seed<k>.curve.json`` for MaskablePPO) at the next update boundary and stops without a slice; the next run of
+the same command continues it, and the slice, once written, replaces the saved state. esper_agent continues
+exactly where it stopped (its envs reset from (seed, update) at every rollout: :mod:`esper_agent.trainer`);
+MaskablePPO continues its network and optimizer on fresh envs (its rollouts are whole episodes here, so only
+the env's random streams differ from an uninterrupted run).
 
     python -m benchmarks.compare_agents --env Esper-CIFAR10-Fast-v0 --arms heuristic random static \\
         --seeds 0 1 2 3 4 --out benchmarks/results/compare
@@ -22,6 +31,7 @@ the table and learning curves from every committed slice.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import time
@@ -35,6 +45,7 @@ import esper_env  # noqa: F401
 from benchmarks.growth_screen import json_safe
 from benchmarks.throughput import device_name
 from esper_agent.baselines import RandomValidActor, StaticActor
+from esper_agent.checkpoint import load_checkpoint, save_checkpoint
 from esper_agent.collect import rollout_seed
 from esper_agent.config import AgentConfig
 from esper_agent.distributions import ActionMasks
@@ -71,35 +82,71 @@ class Sb3Actor:
         return self.table[actions] if self.flatten else np.asarray(actions, dtype=np.int64)
 
 
-def train_esper_agent(args: argparse.Namespace, seed: int) -> tuple[Any, list[dict]]:
+class Paused(Exception):
+    """A learning slice stopped at ``--time-limit-s`` with its training state saved; rerun to continue it."""
+
+
+class TrainingClock:
+    """This run's training time against ``--time-limit-s``, plus what earlier runs of the slice spent."""
+
+    def __init__(self, limit_s: float | None, earlier_s: float = 0.0) -> None:
+        self.limit_s, self.earlier_s, self.start = limit_s, earlier_s, time.perf_counter()
+
+    def out_of_time(self) -> bool:
+        return self.limit_s is not None and time.perf_counter() - self.start >= self.limit_s
+
+    def total_s(self) -> float:
+        return self.earlier_s + time.perf_counter() - self.start
+
+
+def train_esper_agent(args: argparse.Namespace, seed: int, folder: Path) -> tuple[Any, list[dict], float]:
     envs = gym.make_vec(args.env, num_envs=args.num_envs, **args.env_kwargs)
     config = _agent_config(args)
     updates = max(1, math.ceil(args.budget_epochs / (config.rollout_steps * args.num_envs)))  # host epochs/update
     trainer = Trainer(envs, config, device=resolve_device(args.agent_device), seed=seed, total_updates=updates)
-    curve = []
-    for update, metrics in enumerate(trainer.train(), start=1):
+    saved = folder / f"seed{seed}.ckpt"
+    curve: list[dict] = []
+    clock = TrainingClock(args.time_limit_s)
+    if saved.exists():
+        state = load_checkpoint(saved)
+        curve, clock.earlier_s = state.pop("curve"), float(state.pop("train_seconds"))
+        trainer.load_state_dict(state)
+        print(f"esper_agent seed {seed}: continues from update {trainer.update_index}/{updates}", flush=True)
+    for metrics in trainer.train():
+        update = trainer.update_index
         curve.append({"host_epochs": trainer.env_steps, "final_accuracy": metrics.get("episode/final_accuracy"),
                       "return": metrics.get("episode/return_mean"),  # and the whole telemetry of the update:
                       "telemetry": {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}})
         if update % 10 == 0 or update == updates:  # progress for whoever polls a long GPU campaign's logs
             print(f"esper_agent seed {seed}: update {update}/{updates}, {trainer.env_steps} host epochs, "
                   f"return {curve[-1]['return']}", flush=True)
+        if update < updates and clock.out_of_time():
+            save_checkpoint(saved, trainer.state_dict() | {"curve": curve, "train_seconds": clock.total_s()})
+            envs.close()
+            raise Paused(f"esper_agent seed {seed}: paused after update {update}/{updates}; state in {saved}")
     envs.close()
-    return PolicyActor(trainer.policy.eval(), trainer.obs_norm, deterministic=True, seed=seed), curve
+    saved.unlink(missing_ok=True)  # the slice about to be written replaces it
+    return PolicyActor(trainer.policy.eval(), trainer.obs_norm, deterministic=True, seed=seed), curve, clock.total_s()
 
 
-def train_maskable(args: argparse.Namespace, seed: int, flatten: bool) -> tuple[Any, list[dict]]:
+def train_maskable(args: argparse.Namespace, seed: int, flatten: bool, folder: Path) -> tuple[Any, list[dict], float]:
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import VecMonitor
 
     from esper_env.sb3 import make_sb3_env
 
-    # sub-env i resets from reset_seed + i: a hashed base (as esper_agent's first rollout has), because consecutive
-    # training seeds as bases would give seed k+1 all but one of seed k's sub-env streams
-    reset_seed = rollout_seed(seed, 0)
-    env = VecMonitor(make_sb3_env(args.env, args.num_envs, flatten=flatten, seed=reset_seed, **args.env_kwargs))
+    saved, saved_curve = folder / f"seed{seed}.sb3.zip", folder / f"seed{seed}.curve.json"
     curve: list[dict] = []
+    clock = TrainingClock(args.time_limit_s)
+    if saved.exists():
+        record = json.loads(saved_curve.read_text())
+        curve, clock.earlier_s = record["curve"], record["train_seconds"]
+    # sub-env i resets from reset_seed + i: a hashed base (as esper_agent's rollouts have), because consecutive
+    # training seeds as bases would give seed k+1 all but one of seed k's sub-env streams; a continued run
+    # hashes in how far it got, so it does not replay its first episodes
+    reset_seed = rollout_seed(seed, curve[-1]["host_epochs"] if curve else 0)
+    env = VecMonitor(make_sb3_env(args.env, args.num_envs, flatten=flatten, seed=reset_seed, **args.env_kwargs))
 
     class Curve(BaseCallback):
         def _on_step(self) -> bool:
@@ -109,13 +156,28 @@ def train_maskable(args: argparse.Namespace, seed: int, flatten: bool) -> tuple[
                                   "return": float(info["episode"]["r"])})
             return True
 
-    steps = _env_config(args).max_epochs
-    # Four minibatches per rollout, at least two samples each: a minibatch of one has no advantage std (NaN).
-    batch = max(2, steps * args.num_envs // 4)
-    model = MaskablePPO("MlpPolicy", env, n_steps=steps, batch_size=batch, seed=seed, device="cpu", verbose=0)
-    model.learn(total_timesteps=args.budget_epochs, callback=Curve())
+    steps, name = _env_config(args).max_epochs, "maskable_flat" if flatten else "maskable_multidiscrete"
+    if saved.exists():
+        model = MaskablePPO.load(saved, env=env, device="cpu")
+        print(f"{name} seed {seed}: continues from {model.num_timesteps} host epochs", flush=True)
+    else:
+        # Four minibatches per rollout, at least two samples each: a minibatch of one has no advantage std (NaN).
+        batch = max(2, steps * args.num_envs // 4)
+        model = MaskablePPO("MlpPolicy", env, n_steps=steps, batch_size=batch, seed=seed, device="cpu", verbose=0)
+    while model.num_timesteps < args.budget_epochs:
+        # one rollout and its update per call (reset_num_timesteps=False continues the count and the episodes)
+        model.learn(total_timesteps=min(steps * args.num_envs, args.budget_epochs - model.num_timesteps),
+                    callback=Curve(), reset_num_timesteps=False)
+        if model.num_timesteps < args.budget_epochs and clock.out_of_time():
+            model.save(saved)
+            saved_curve.write_text(json.dumps({"curve": curve, "train_seconds": clock.total_s()}))
+            env.close()
+            raise Paused(f"{name} seed {seed}: paused at {model.num_timesteps}/{args.budget_epochs} host "
+                         f"epochs; state in {saved}")
     env.close()
-    return Sb3Actor(model, flatten, _env_config(args).num_slots), curve
+    saved.unlink(missing_ok=True)
+    saved_curve.unlink(missing_ok=True)
+    return Sb3Actor(model, flatten, _env_config(args).num_slots), curve, clock.total_s()
 
 
 def _agent_config(args: argparse.Namespace) -> AgentConfig:
@@ -128,17 +190,18 @@ def _env_config(args: argparse.Namespace) -> EnvConfig:
     return EnvConfig.from_kwargs(**{**gym.spec(args.env).kwargs, **args.env_kwargs})
 
 
-def make_actor(arm: str, args: argparse.Namespace, seed: int) -> tuple[Any, list[dict]]:
+def make_actor(arm: str, args: argparse.Namespace, seed: int, folder: Path) -> tuple[Any, list[dict], float]:
+    """The arm's actor for seed ``seed``, its training curve and its training seconds (0 for the fixed policies)."""
     slots = _env_config(args).num_slots
     if arm == "static":
-        return StaticActor(), []
+        return StaticActor(), [], 0.0
     if arm == "random":
-        return RandomValidActor(head_sizes(slots), seed=seed), []
+        return RandomValidActor(head_sizes(slots), seed=seed), [], 0.0
     if arm == "heuristic":
-        return HeuristicActor(slots), []
+        return HeuristicActor(slots), [], 0.0
     if arm == "esper_agent":
-        return train_esper_agent(args, seed)
-    return train_maskable(args, seed, flatten=arm == "maskable_flat")
+        return train_esper_agent(args, seed, folder)
+    return train_maskable(args, seed, arm == "maskable_flat", folder)
 
 
 def eval_env_seeds(seed: int, episodes: int, stride: int) -> list[int]:
@@ -170,8 +233,7 @@ def evaluate(actor: Any, args: argparse.Namespace, seed: int) -> tuple[list[dict
 
 
 def run_slice(arm: str, seed: int, args: argparse.Namespace, folder: Path) -> dict:
-    start = time.perf_counter()
-    actor, curve = make_actor(arm, args, seed)
+    actor, curve, train_seconds = make_actor(arm, args, seed, folder)
     trained = time.perf_counter()
     episodes, records = evaluate(actor, args, seed)
     finished = time.perf_counter()
@@ -185,9 +247,27 @@ def run_slice(arm: str, seed: int, args: argparse.Namespace, folder: Path) -> di
             "agent_kwargs": json.loads(args.agent_kwargs) if arm == "esper_agent" else {},
             "agent_config": _agent_config(args).to_dict() if arm == "esper_agent" else None,
             "device": device_name(resolve_device(str(args.env_kwargs.get("device", "auto")))),
-            "git_commit": commit, "git_dirty": dirty, "train_seconds": trained - start,
+            "git_commit": commit, "git_dirty": dirty, "train_seconds": train_seconds,
             "eval_seconds": finished - trained, "curve": curve, "episodes": episodes,
             "episode_records": [json.loads(r.to_json()) for r in records]}
+
+
+def records_path(slice_path: Path) -> Path:
+    """Where a slice's episode timelines are kept: gzipped beside it, as they are most of its bytes (the results
+    folder travels to the GPU machine with every call)."""
+    return slice_path.with_name(f"{slice_path.stem}-records.json.gz")
+
+
+def write_slice(path: Path, result: dict) -> None:
+    """The slice's timelines, then the slice itself (its existence marks the slice done), each written atomically."""
+    records = records_path(path)
+    tmp = records.with_suffix(".tmp")
+    tmp.write_bytes(gzip.compress(json.dumps(result["episode_records"]).encode(), mtime=0))
+    tmp.replace(records)
+    summary = {k: v for k, v in result.items() if k != "episode_records"}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(json_safe(summary), indent=1, allow_nan=False))  # NaN: not measured
+    tmp.replace(path)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -203,6 +283,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eval-seed-stride", type=int, default=1000, help="seed k evaluates on reset seeds "
                         "EVAL_SEED_OFFSET + k * stride + i; 1 only to finish a campaign begun before 2026-11-27 "
                         "with episodes paired to its earlier slices")
+    parser.add_argument("--time-limit-s", type=float, default=None, help="a learning slice that has trained this "
+                        "many seconds in this run saves its state and stops; rerunning continues it (default: none)")
     parser.add_argument("--agent-kwargs", default="{}", help="JSON AgentConfig overrides for esper_agent")
     parser.add_argument("--agent-device", default="auto", help="cpu, cuda or auto (cuda when there is a GPU)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/compare"))
@@ -211,6 +293,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.eval_seed_stride < 1:
         parser.error(f"--eval-seed-stride {args.eval_seed_stride}: expected an integer >= 1")
+    if args.time_limit_s is not None and not args.time_limit_s >= 0:
+        parser.error(f"--time-limit-s {args.time_limit_s}: expected a number of seconds >= 0")
     for arm in args.arms:
         folder = args.out / args.env / (f"{arm}-{args.label}" if args.label else arm)
         folder.mkdir(parents=True, exist_ok=True)
@@ -219,10 +303,12 @@ def main(argv: list[str] | None = None) -> None:
             if path.exists():
                 print(f"{path} exists: skipped", flush=True)
                 continue
-            result = run_slice(arm, seed, args, folder)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(json_safe(result), indent=1, allow_nan=False))  # NaN: not measured
-            tmp.replace(path)
+            try:
+                result = run_slice(arm, seed, args, folder)
+            except Paused as paused:
+                print(paused, flush=True)
+                continue
+            write_slice(path, result)
             test = [e["test_accuracy"] for e in result["episodes"]]
             print(f"{arm} seed {seed}: test accuracy {np.nanmean(test):.4f}, seed params "
                   f"{np.mean([e['seed_params'] for e in result['episodes']]):.0f}, "

@@ -22,8 +22,10 @@ variance per update) into the folder.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -31,7 +33,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from benchmarks.compare_agents import eval_env_seeds
+from benchmarks.compare_agents import eval_env_seeds, records_path
 from esper_agent.evaluate import mean_ci95
 from esper_env.lifecycle import Stage
 from esper_env.spaces import BLUEPRINT_NAMES
@@ -40,9 +42,15 @@ ORDER = ("esper_agent", "maskable_flat", "maskable_multidiscrete", "heuristic", 
 
 
 def load_slices(folder: Path) -> dict[str, list[dict]]:
+    """Every ``<arm>/seed<k>.json`` under ``folder``, with its episode timelines (``records_path``) when kept."""
     arms: dict[str, list[dict]] = {}
     for path in sorted(folder.glob("*/seed*.json")):
-        arms.setdefault(path.parent.name, []).append(json.loads(path.read_text()))
+        if not re.fullmatch(r"seed\d+\.json", path.name):  # e.g. a paused MaskablePPO slice's seed<k>.curve.json
+            continue
+        slice_ = json.loads(path.read_text())
+        if records_path(path).exists():
+            slice_["episode_records"] = json.loads(gzip.decompress(records_path(path).read_bytes()))
+        arms.setdefault(path.parent.name, []).append(slice_)
     return dict(sorted(arms.items(), key=lambda kv: (_rank(kv[0]), kv[0])))
 
 

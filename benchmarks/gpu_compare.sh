@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU session for slices of the head-to-head on real CIFAR-10 (benchmarks.compare_agents; slices are resumable).
-# Usage: ESPER_DATA_DIR=<shards> [R=<results folder>] [SEEDS="0 1"] [BUDGET=4000] [NUM_ENVS=8] [EVAL=8] \
+# Usage: ESPER_DATA_DIR=<shards> [R=<results folder>] [SEEDS="0 1"] [BUDGET=4000] [NUM_ENVS=8] [EVAL=8] [TIME_LIMIT=s] \
 #          [ENV_KWARGS='{}'] \
 #          [AGENT='{...}'] [LABEL=...] bash benchmarks/gpu_compare.sh baselines|agent|maskable_flat|maskable_multidiscrete
 #        ... [ARMS="esper_agent maskable_flat ..."] [GPU_OFFSET=0] bash benchmarks/gpu_compare.sh spread
@@ -13,6 +13,9 @@
 # esper_agent[-LABEL] (no label by default). Slices are resumable: rerunning skips the (arm, seed) pairs done.
 # GPU_OFFSET: the GPU the first process goes to, so that a second spread beside a running one starts on the GPUs
 # the first one loads least.
+# TIME_LIMIT: seconds of training after which each learning slice saves its state in $R and stops (compare_agents
+# --time-limit-s), so that a budget longer than one session's device time goes on in the next session: commit $R
+# with its saved states, copy it back to the same $R on the GPU machine, and run the same command again.
 set -uo pipefail
 : "${ESPER_DATA_DIR:?set ESPER_DATA_DIR to the folder with the CIFAR-10 shards}"
 export PYTHONUNBUFFERED=1
@@ -25,7 +28,7 @@ compare() {  # compare <arms> <seeds> [extra args...]: one compare_agents proces
   shift 2
   python3 -m benchmarks.compare_agents --env "$ENV_ID" --env-kwargs "${ENV_KWARGS:-{\}}" --arms $arms \
     --seeds $seeds --num-envs "${NUM_ENVS:-8}" --budget-epochs "${BUDGET:-4000}" --eval-episodes "${EVAL:-8}" \
-    --out "$R" "$@"
+    ${TIME_LIMIT:+--time-limit-s "$TIME_LIMIT"} --out "$R" "$@"
 }
 
 deal() {  # deal <arms...>: every (arm, seed) its own process, round-robin over the visible GPUs; wait for all

@@ -26,6 +26,7 @@ def test_compare_agents_writes_resumable_slices_and_the_report(tmp_path, capsys)
     assert len(slice_["episodes"]) == 2 and slice_["episodes"][0]["length"] == 3
     assert all(0.0 <= e["test_accuracy"] <= 1.0 for e in slice_["episodes"])
     assert (folder / "heuristic" / "seed0-sheet.png").exists()
+    assert "episode_records" not in slice_ and (folder / "heuristic" / "seed1-records.json.gz").exists()
     compare_agents.main(args)  # every slice exists: nothing is recomputed
     assert capsys.readouterr().out.count("exists: skipped") == 4
     compare_agents.main(["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--arms", "static",
@@ -34,6 +35,7 @@ def test_compare_agents_writes_resumable_slices_and_the_report(tmp_path, capsys)
     table = (folder / "table.md").read_text()
     assert "| static | 2 |" in table and "| heuristic | 2 |" in table and (folder / "curves.png").exists()
     assert "| static-again | 1 |" in table  # a labelled run sits beside the arm's own folder
+    assert "(100%) |" in table.split("| static | 2 |")[1].splitlines()[0]  # "grown", read from the timelines
 
 
 def test_the_agent_arm_records_its_telemetry_and_the_report_plots_it(tmp_path):
@@ -52,6 +54,40 @@ def test_the_agent_arm_records_its_telemetry_and_the_report_plots_it(tmp_path):
     assert not (folder / "telemetry-static.png").exists()  # nothing learned, nothing to plot
     table = (folder / "table.md").read_text()
     assert table.index("| esper_agent-tiny |") < table.index("| static |")  # a labelled arm sits with its arm
+
+
+def test_a_paused_agent_slice_continues_exactly_where_it_stopped(tmp_path, capsys):
+    torch.set_num_threads(1)
+    common = ["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--seeds", "0", "--eval-episodes", "2",
+              "--num-envs", "2", "--arms", "esper_agent", "--budget-epochs", "18", "--agent-device", "cpu",
+              "--agent-kwargs", json.dumps({"hidden_size": 16})]
+    compare_agents.main([*common, "--out", str(tmp_path / "whole")])
+    paused = tmp_path / "paused" / "Esper-Synthetic-v0" / "esper_agent"
+    for done in (1, 2):  # a limit of 0 s: one update per run, then the state is saved
+        compare_agents.main([*common, "--out", str(tmp_path / "paused"), "--time-limit-s", "0"])
+        assert (paused / "seed0.ckpt").exists() and not (paused / "seed0.json").exists()
+        assert f"paused after update {done}/3" in capsys.readouterr().out
+    compare_agents.main([*common, "--out", str(tmp_path / "paused")])
+    assert not (paused / "seed0.ckpt").exists()
+    whole = json.loads((tmp_path / "whole" / "Esper-Synthetic-v0" / "esper_agent" / "seed0.json").read_text())
+    resumed = json.loads((paused / "seed0.json").read_text())
+    assert [p["return"] for p in resumed["curve"]] == [p["return"] for p in whole["curve"]]
+    assert resumed["episodes"] == whole["episodes"]
+
+
+def test_a_paused_maskable_slice_continues_to_its_budget(tmp_path, capsys):
+    torch.set_num_threads(1)
+    args = ["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--seeds", "0", "--eval-episodes", "1",
+            "--num-envs", "2", "--arms", "maskable_multidiscrete", "--budget-epochs", "12", "--out", str(tmp_path)]
+    folder = tmp_path / "Esper-Synthetic-v0" / "maskable_multidiscrete"
+    compare_agents.main([*args, "--time-limit-s", "0"])  # one rollout of 2 sub-envs x 3 steps, then it pauses
+    assert "paused at 6/12 host epochs" in capsys.readouterr().out
+    assert (folder / "seed0.sb3.zip").exists() and not (folder / "seed0.json").exists()
+    compare_agents.main(args)
+    assert "continues from 6 host epochs" in capsys.readouterr().out
+    slice_ = json.loads((folder / "seed0.json").read_text())
+    assert [p["host_epochs"] for p in slice_["curve"]] == [6, 6, 12, 12]  # each sub-env's episode per rollout
+    assert not (folder / "seed0.sb3.zip").exists() and not (folder / "seed0.curve.json").exists()
 
 
 def test_host_alone_reports_test_accuracy(tmp_path):
