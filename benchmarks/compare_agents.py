@@ -21,8 +21,9 @@ saves its training state beside its folder's slices (``seed<k>.ckpt`` for esper_
 ``seed<k>.curve.json`` for MaskablePPO) at the next update boundary and stops without a slice; the next run of
 the same command continues it, and the slice, once written, replaces the saved state. esper_agent continues
 exactly where it stopped (its envs reset from (seed, update) at every rollout: :mod:`esper_agent.trainer`);
-MaskablePPO continues its network and optimizer on fresh envs (its rollouts are whole episodes here, so only
-the env's random streams differ from an uninterrupted run).
+MaskablePPO continues its network and optimizer on fresh envs, with its env and action-sampling streams reseeded
+from (seed, host epochs so far) (its rollouts are whole episodes here, so no episode is cut). A slice continues
+only under the settings it was saved with (env, its kwargs, sub-envs, budget, agent kwargs).
 
     python -m benchmarks.compare_agents --env Esper-CIFAR10-Fast-v0 --arms heuristic random static \\
         --seeds 0 1 2 3 4 --out benchmarks/results/compare
@@ -99,16 +100,32 @@ class TrainingClock:
         return self.earlier_s + time.perf_counter() - self.start
 
 
+def slice_settings(arm: str, args: argparse.Namespace) -> dict[str, Any]:
+    """What shapes a learning slice's training: a paused slice continues only under the same settings."""
+    return {"arm": arm, "env": args.env, "env_kwargs": args.env_kwargs, "num_envs": args.num_envs,
+            "budget_epochs": args.budget_epochs,
+            "agent_kwargs": json.loads(args.agent_kwargs) if arm == "esper_agent" else {}}
+
+
+def check_saved_settings(saved: Path, settings: dict[str, Any], expected: dict[str, Any]) -> None:
+    differ = sorted(k for k in expected if settings.get(k) != expected[k])
+    if differ:
+        raise ValueError(f"{saved} was saved with other {', '.join(differ)} than this run "
+                         f"({ {k: settings.get(k) for k in differ} } against { {k: expected[k] for k in differ} }); "
+                         "continue it with the settings it was saved with, or delete it to start that slice over")
+
+
 def train_esper_agent(args: argparse.Namespace, seed: int, folder: Path) -> tuple[Any, list[dict], float]:
     envs = gym.make_vec(args.env, num_envs=args.num_envs, **args.env_kwargs)
     config = _agent_config(args)
     updates = max(1, math.ceil(args.budget_epochs / (config.rollout_steps * args.num_envs)))  # host epochs/update
     trainer = Trainer(envs, config, device=resolve_device(args.agent_device), seed=seed, total_updates=updates)
-    saved = folder / f"seed{seed}.ckpt"
+    saved, settings = folder / f"seed{seed}.ckpt", slice_settings("esper_agent", args)
     curve: list[dict] = []
     clock = TrainingClock(args.time_limit_s)
     if saved.exists():
         state = load_checkpoint(saved)
+        check_saved_settings(saved, state.pop("settings"), settings)
         curve, clock.earlier_s = state.pop("curve"), float(state.pop("train_seconds"))
         trainer.load_state_dict(state)
         print(f"esper_agent seed {seed}: continues from update {trainer.update_index}/{updates}", flush=True)
@@ -121,7 +138,8 @@ def train_esper_agent(args: argparse.Namespace, seed: int, folder: Path) -> tupl
             print(f"esper_agent seed {seed}: update {update}/{updates}, {trainer.env_steps} host epochs, "
                   f"return {curve[-1]['return']}", flush=True)
         if update < updates and clock.out_of_time():
-            save_checkpoint(saved, trainer.state_dict() | {"curve": curve, "train_seconds": clock.total_s()})
+            save_checkpoint(saved, trainer.state_dict() | {"curve": curve, "train_seconds": clock.total_s(),
+                                                           "settings": settings})
             envs.close()
             raise Paused(f"esper_agent seed {seed}: paused after update {update}/{updates}; state in {saved}")
     envs.close()
@@ -136,17 +154,33 @@ def train_maskable(args: argparse.Namespace, seed: int, flatten: bool, folder: P
 
     from esper_env.sb3 import make_sb3_env
 
-    saved, saved_curve = folder / f"seed{seed}.sb3.zip", folder / f"seed{seed}.curve.json"
+    name = "maskable_flat" if flatten else "maskable_multidiscrete"
+    saved, saved_curve, settings = folder / f"seed{seed}.sb3.zip", folder / f"seed{seed}.curve.json", \
+        slice_settings(name, args)
     curve: list[dict] = []
     clock = TrainingClock(args.time_limit_s)
+    env = VecMonitor(make_sb3_env(args.env, args.num_envs, flatten=flatten, **args.env_kwargs))
+    steps = _env_config(args).max_epochs
     if saved.exists():
+        if not saved_curve.exists():
+            raise ValueError(f"{saved} has no {saved_curve.name} beside it (a save was cut short); delete "
+                             f"{saved.name} to start that slice over")
         record = json.loads(saved_curve.read_text())
+        check_saved_settings(saved, record["settings"], settings)
         curve, clock.earlier_s = record["curve"], record["train_seconds"]
-    # sub-env i resets from reset_seed + i: a hashed base (as esper_agent's rollouts have), because consecutive
-    # training seeds as bases would give seed k+1 all but one of seed k's sub-env streams; a continued run
-    # hashes in how far it got, so it does not replay its first episodes
-    reset_seed = rollout_seed(seed, curve[-1]["host_epochs"] if curve else 0)
-    env = VecMonitor(make_sb3_env(args.env, args.num_envs, flatten=flatten, seed=reset_seed, **args.env_kwargs))
+        model = MaskablePPO.load(saved, env=env, device="cpu")
+        if model.num_timesteps != record["host_epochs"]:
+            raise ValueError(f"{saved} is at {model.num_timesteps} host epochs but {saved_curve.name} at "
+                             f"{record['host_epochs']} (a save was cut short); delete both to start over")
+        print(f"{name} seed {seed}: continues from {model.num_timesteps} host epochs", flush=True)
+    else:
+        # Four minibatches per rollout, at least two samples each: a minibatch of one has no advantage std (NaN).
+        batch = max(2, steps * args.num_envs // 4)
+        model = MaskablePPO("MlpPolicy", env, n_steps=steps, batch_size=batch, seed=seed, device="cpu", verbose=0)
+    # Reseed everything but the initial weights (env resets, action sampling) from a hash of (seed, host epochs
+    # so far), as esper_agent's rollouts are: seed k + i as reset seeds would give seed k+1 all but one of seed
+    # k's sub-env streams, and a continued run would replay its first episodes and its first sampled actions.
+    model.set_random_seed(rollout_seed(seed, model.num_timesteps))
 
     class Curve(BaseCallback):
         def _on_step(self) -> bool:
@@ -156,21 +190,15 @@ def train_maskable(args: argparse.Namespace, seed: int, flatten: bool, folder: P
                                   "return": float(info["episode"]["r"])})
             return True
 
-    steps, name = _env_config(args).max_epochs, "maskable_flat" if flatten else "maskable_multidiscrete"
-    if saved.exists():
-        model = MaskablePPO.load(saved, env=env, device="cpu")
-        print(f"{name} seed {seed}: continues from {model.num_timesteps} host epochs", flush=True)
-    else:
-        # Four minibatches per rollout, at least two samples each: a minibatch of one has no advantage std (NaN).
-        batch = max(2, steps * args.num_envs // 4)
-        model = MaskablePPO("MlpPolicy", env, n_steps=steps, batch_size=batch, seed=seed, device="cpu", verbose=0)
     while model.num_timesteps < args.budget_epochs:
-        # one rollout and its update per call (reset_num_timesteps=False continues the count and the episodes)
+        # One rollout and its update per call: reset_num_timesteps=False continues the count and the episodes.
+        # Each call sees a total of (count so far + one rollout), which would matter for a scheduled learning
+        # rate or clip range; MaskablePPO's defaults used here are constant.
         model.learn(total_timesteps=min(steps * args.num_envs, args.budget_epochs - model.num_timesteps),
                     callback=Curve(), reset_num_timesteps=False)
         if model.num_timesteps < args.budget_epochs and clock.out_of_time():
-            model.save(saved)
-            saved_curve.write_text(json.dumps({"curve": curve, "train_seconds": clock.total_s()}))
+            _save_maskable(model, saved, saved_curve, {"curve": curve, "train_seconds": clock.total_s(),
+                                                       "host_epochs": model.num_timesteps, "settings": settings})
             env.close()
             raise Paused(f"{name} seed {seed}: paused at {model.num_timesteps}/{args.budget_epochs} host "
                          f"epochs; state in {saved}")
@@ -178,6 +206,16 @@ def train_maskable(args: argparse.Namespace, seed: int, flatten: bool, folder: P
     saved.unlink(missing_ok=True)
     saved_curve.unlink(missing_ok=True)
     return Sb3Actor(model, flatten, _env_config(args).num_slots), curve, clock.total_s()
+
+
+def _save_maskable(model: Any, saved: Path, saved_curve: Path, record: dict[str, Any]) -> None:
+    """The model and its curve, each through a temporary file (the model's host-epoch count ties them)."""
+    tmp = saved_curve.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record))
+    tmp.replace(saved_curve)
+    tmp = saved.with_name(f"{saved.stem}.tmp.zip")
+    model.save(tmp)
+    tmp.replace(saved)
 
 
 def _agent_config(args: argparse.Namespace) -> AgentConfig:
@@ -282,7 +320,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eval-episodes", type=int, default=8, help="evaluation episodes per seed")
     parser.add_argument("--eval-seed-stride", type=int, default=1000, help="seed k evaluates on reset seeds "
                         "EVAL_SEED_OFFSET + k * stride + i; 1 only to finish a campaign begun before 2026-11-27 "
-                        "with episodes paired to its earlier slices")
+                        "with episodes paired to its earlier slices (the report then counts only the episodes no "
+                        "two seeds share: S seeds of N episodes each keep (N + S - 1) // S per seed)")
     parser.add_argument("--time-limit-s", type=float, default=None, help="a learning slice that has trained this "
                         "many seconds in this run saves its state and stops; rerunning continues it (default: none)")
     parser.add_argument("--agent-kwargs", default="{}", help="JSON AgentConfig overrides for esper_agent")
@@ -291,8 +330,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--label", default="", help="suffix of each arm's results folder (<arm>-<label>), so that "
                         "one arm can be run with several configs side by side")
     args = parser.parse_args(argv)
-    if args.eval_seed_stride < 1:
-        parser.error(f"--eval-seed-stride {args.eval_seed_stride}: expected an integer >= 1")
+    if args.eval_seed_stride != 1 and args.eval_seed_stride < args.eval_episodes:
+        parser.error(f"--eval-seed-stride {args.eval_seed_stride}: expected 1 (the old overlapping seeds) or at "
+                     f"least --eval-episodes ({args.eval_episodes}), so that no two seeds share an episode")
     if args.time_limit_s is not None and not args.time_limit_s >= 0:
         parser.error(f"--time-limit-s {args.time_limit_s}: expected a number of seconds >= 0")
     for arm in args.arms:

@@ -72,18 +72,26 @@ def episode_seeds(slice_: dict) -> list[int]:
 def counted_episodes(slices: list[dict]) -> list[dict[int, dict]]:
     """Per slice (in the given order), the episodes it is scored on, by reset seed: the same number for every
     seed of the arm, and no reset seed counted for two of them. Seeds in increasing order each take the lowest
-    reset seeds of their own that no earlier seed took. With disjoint reset seeds that is every episode; with
-    the overlapping ones of old campaigns (seed k+1 replayed all but one of seed k's), a fixed policy scored
-    nearly the same on every seed, and a CI over seeds measured nothing."""
+    reset seeds of their own that no earlier seed took, and the number is the largest every seed can get. With
+    disjoint reset seeds that is every episode; with the overlapping ones of old campaigns (seed k+1 replayed
+    all but one of seed k's), a fixed policy scored nearly the same on every seed, and a CI over seeds measured
+    nothing."""
     seeds_of = [episode_seeds(s) for s in slices]
+    order = sorted(range(len(slices)), key=lambda k: slices[k]["seed"])
     share = len(set().union(*seeds_of)) // max(1, len(slices))
-    taken: set[int] = set()
-    counted: list[dict[int, dict]] = [{} for _ in slices]
-    for k in sorted(range(len(slices)), key=lambda k: slices[k]["seed"]):
-        free = sorted((seed, n) for n, seed in enumerate(seeds_of[k]) if seed not in taken)[:share]
-        counted[k] = {seed: slices[k]["episodes"][n] for seed, n in free}
-        taken.update(counted[k])
-    return counted
+    while share > 0:
+        taken: set[int] = set()
+        chosen: list[list[int]] = [[] for _ in slices]
+        for k in order:
+            chosen[k] = sorted(seed for seed in seeds_of[k] if seed not in taken)[:share]
+            taken.update(chosen[k])
+        if all(len(c) == share for c in chosen):
+            break
+        share -= 1
+    else:
+        chosen = [[] for _ in slices]
+    return [{seed: s["episodes"][seeds.index(seed)] for seed in c}
+            for s, seeds, c in zip(slices, seeds_of, chosen, strict=True)]
 
 
 def _mean_of(episodes: dict[int, dict], key: str) -> float:
@@ -96,16 +104,18 @@ def _per_seed(slices: list[dict], key: str) -> list[float]:
 
 
 def paired_difference(slices: list[dict], reference: list[dict]) -> tuple[float, float, int]:
-    """Mean and 95% CI half-width over the seeds both ran of (test accuracy - the reference's) on the counted
-    episodes both played, and the number of those seeds."""
-    theirs = {s["seed"]: e for s, e in zip(reference, counted_episodes(reference), strict=True)}
+    """Mean and 95% CI half-width over the seeds both ran of (test accuracy - the reference's), each seed on its
+    counted episodes (which no other seed of this arm counts) against the reference's episodes of the same seed
+    and reset seeds, and the number of seeds paired."""
+    theirs = {s["seed"]: dict(zip(episode_seeds(s), s["episodes"], strict=True)) for s in reference}
     diffs = []
-    for s, ours in sorted(zip(slices, counted_episodes(slices), strict=True), key=lambda pair: pair[0]["seed"]):
-        both = sorted(ours.keys() & theirs.get(s["seed"], {}).keys())
-        pairs = [(ours[e]["test_accuracy"], theirs[s["seed"]][e]["test_accuracy"]) for e in both]
-        pairs = [a - b for a, b in pairs if a is not None and b is not None]
-        if pairs:
-            diffs.append(float(np.mean(pairs)))
+    for s, ours in zip(slices, counted_episodes(slices), strict=True):
+        reference_episodes = theirs.get(s["seed"], {})
+        both = [(ours[e]["test_accuracy"], reference_episodes[e]["test_accuracy"])
+                for e in sorted(ours.keys() & reference_episodes.keys())]
+        differences = [a - b for a, b in both if a is not None and b is not None]
+        if differences:
+            diffs.append(float(np.mean(differences)))
     if not diffs:
         return math.nan, math.nan, 0
     mean, half = mean_ci95(diffs)
@@ -152,8 +162,9 @@ def summarize(arms: dict[str, list[dict]]) -> list[dict]:
             "budget_host_epochs": slices[0]["budget_host_epochs"], "rollbacks": int(sum(
                 e["rollback"] for s in slices for e in s["episodes"])),
             "seconds_per_seed": float(np.mean([s["train_seconds"] + s["eval_seconds"] for s in slices])),
-            "devices": sorted({s["device"] for s in slices}), "episodes_per_seed": len(slices[0]["episodes"]),
-            "counted_per_seed": len(counted_episodes(slices)[0]),
+            "devices": sorted({s["device"] for s in slices}),
+            "episodes_per_seed": min(len(s["episodes"]) for s in slices),
+            "counted_per_seed": len(counted_episodes(slices)[0]),  # the same for every seed of the arm
             "per_seed": [{"seed": s["seed"], "test_accuracy": t, "seed_params": p, "grown": grown([s])}
                          for s, t, p in zip(slices, _per_seed(slices, "test_accuracy"),
                                             _per_seed(slices, "seed_params"), strict=True)],
@@ -169,11 +180,12 @@ def markdown(rows: list[dict], env: str) -> str:
         return "" if not math.isfinite(v) else f" ± {100 * v:.2f}"
 
     devices = " / ".join(sorted({d for row in rows for d in row["devices"]}))
+    played = sorted({row["episodes_per_seed"] for row in rows})
     counted = sorted({row["counted_per_seed"] for row in rows})
-    lines = [f"Env {env}; devices {devices}; {rows[0]['episodes_per_seed']} evaluation episodes per seed, "
-             f"{' to '.join(map(str, counted[::len(counted) - 1 or 1]))} of them counted (no reset seed counted "
-             "for two seeds of an arm); mean over seeds with a 95% CI; grown: the most common seeds at the end "
-             "of an episode, slot by slot (* = not fossilized), with its share of episodes.", "",
+    lines = [f"Env {env}; devices {devices}; {_span(played)} evaluation episodes per seed, {_span(counted)} of "
+             "them counted (no reset seed counted for two seeds of an arm); mean over seeds with a 95% CI; grown "
+             "(the most common seeds at the end of an episode, slot by slot, * = not fossilized, with its share of "
+             "episodes) and rollbacks count every episode.", "",
              "| arm | seeds | test accuracy % | − static, test / val (pp) | − heuristic, paired (pp) | return (pp) | "
              "seed params | gain pp / 1k params | grown | invalid actions % | budget (host epochs) | rollbacks | "
              "wall s / seed |",
@@ -194,6 +206,10 @@ def markdown(rows: list[dict], env: str) -> str:
     lines += [f"| {r['arm']} | {p['seed']} | {pct(p['test_accuracy'])} | {p['seed_params']:.0f} | {p['grown']} |"
               for r in rows for p in r["per_seed"]]
     return "\n".join(lines) + "\n"
+
+
+def _span(values: list[int]) -> str:
+    return str(values[0]) if values[0] == values[-1] else f"{values[0]} to {values[-1]}"
 
 
 def plot_curves(arms: dict[str, list[dict]], rows: list[dict], path: Path, env: str) -> None:

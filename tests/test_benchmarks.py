@@ -67,6 +67,9 @@ def test_a_paused_agent_slice_continues_exactly_where_it_stopped(tmp_path, capsy
         compare_agents.main([*common, "--out", str(tmp_path / "paused"), "--time-limit-s", "0"])
         assert (paused / "seed0.ckpt").exists() and not (paused / "seed0.json").exists()
         assert f"paused after update {done}/3" in capsys.readouterr().out
+    changed = [a if a != "18" else "24" for a in common]  # another budget: not the run that was saved
+    with pytest.raises(ValueError, match="budget_epochs"):
+        compare_agents.main([*changed, "--out", str(tmp_path / "paused")])
     compare_agents.main([*common, "--out", str(tmp_path / "paused")])
     assert not (paused / "seed0.ckpt").exists()
     whole = json.loads((tmp_path / "whole" / "Esper-Synthetic-v0" / "esper_agent" / "seed0.json").read_text())
@@ -88,6 +91,46 @@ def test_a_paused_maskable_slice_continues_to_its_budget(tmp_path, capsys):
     slice_ = json.loads((folder / "seed0.json").read_text())
     assert [p["host_epochs"] for p in slice_["curve"]] == [6, 6, 12, 12]  # each sub-env's episode per rollout
     assert not (folder / "seed0.sb3.zip").exists() and not (folder / "seed0.curve.json").exists()
+
+
+def test_maskable_training_resets_from_a_hashed_seed(tmp_path, monkeypatch):
+    from esper_agent.collect import rollout_seed
+    from esper_env import sb3
+
+    torch.set_num_threads(1)
+    reset_seeds, make = [], sb3.make_sb3_env
+
+    def recording_make(*args, **kwargs):
+        env = make(*args, **kwargs)
+        native_reset = env.venv.reset
+
+        def reset(*, seed=None, options=None):
+            reset_seeds.append(seed)
+            return native_reset(seed=seed, options=options)
+
+        env.venv.reset = reset
+        return env
+
+    monkeypatch.setattr(sb3, "make_sb3_env", recording_make)
+    compare_agents.main(["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--seeds", "3",
+                         "--eval-episodes", "1", "--num-envs", "2", "--arms", "maskable_flat", "--budget-epochs", "6",
+                         "--out", str(tmp_path)])
+    base = rollout_seed(3, 0)  # not 3: seed 4 would then get all but one of seed 3's sub-env streams
+    assert reset_seeds[0] == [base, base + 1]
+
+
+def test_seeds_with_old_and_new_evaluation_seeds_count_equally_and_pair_by_reset_seed():
+    def slice_(seed, env_seeds, accuracy=0.5):
+        return {"seed": seed, "episodes": [{"env_seed": e, "test_accuracy": accuracy} for e in env_seeds]}
+
+    old = [slice_(k, range(100_000 + k, 100_008 + k)) for k in range(5)]  # stride 1: overlapping
+    new = [slice_(k, range(100_000 + 1000 * k, 100_008 + 1000 * k)) for k in range(5, 10)]
+    assert [len(c) for c in compare_report.counted_episodes(old + new)] == [2] * 10
+    # an arm that ran fewer seeds than the heuristic still pairs every one of them
+    arm = [slice_(k, range(100_000 + k, 100_003 + k), 0.6) for k in range(3)]
+    heuristic = [slice_(k, range(100_000 + k, 100_003 + k)) for k in range(5)]
+    mean, _, pairs = compare_report.paired_difference(arm, heuristic)
+    assert pairs == 3 and mean == pytest.approx(0.1)
 
 
 def test_host_alone_reports_test_accuracy(tmp_path):
