@@ -248,15 +248,21 @@ def _number(value: float | None) -> float:
 
 
 def plot_telemetry(slices: list[dict], path: Path, title: str) -> bool:
-    """The learning arm's PPO telemetry per update, mean over seeds; False when its slices recorded none."""
+    """The learning arm's PPO telemetry per update, mean over seeds; False when its slices recorded none. Where
+    the slices counted what GERMINATE planted (``plant/...``), a fifth panel shows the most planted kinds."""
     curves = [[p["telemetry"] for p in s["curve"] if "telemetry" in p] for s in slices]
     curves = [c for c in curves if c]
     if not curves:
         return False
     updates = min(len(c) for c in curves)
-    figure = Figure(figsize=(10, 6), dpi=100)
-    for k, (panel, keys) in enumerate(TELEMETRY_PANELS.items()):
-        axis = figure.add_subplot(2, 2, k + 1)
+    panels = dict(TELEMETRY_PANELS)
+    planted = sorted({k for c in curves for k in c[0] if k.startswith("plant/")},
+                     key=lambda k: -sum(u.get(k, 0.0) for c in curves for u in c[:updates]))
+    if planted:
+        panels["seeds planted per update (most planted)"] = tuple(planted[:5])
+    figure = Figure(figsize=(10, 3 * math.ceil(len(panels) / 2)), dpi=100)
+    for k, (panel, keys) in enumerate(panels.items()):
+        axis = figure.add_subplot(math.ceil(len(panels) / 2), 2, k + 1)
         for key in keys:
             # a head's entropy is None in an update where no step used that head (no GERMINATE, say)
             values = [[_number(c[u].get(key)) for u in range(updates)] for c in curves]

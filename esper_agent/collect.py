@@ -22,7 +22,7 @@ from esper_agent.distributions import ActionMasks
 from esper_agent.envs import EnvStep, VectorEnvDriver
 from esper_agent.normalize import ObservationNormalizer, RewardScaler
 from esper_agent.policy import ActOutput, LSTMState, RecurrentPolicy
-from esper_env.spaces import Op
+from esper_env.spaces import BLUEPRINT_NAMES, Head, Op
 
 
 class EpisodeRecord(NamedTuple):
@@ -46,6 +46,8 @@ class RolloutStats:
     invalid_reported: int = 0  # transitions whose info had ``invalid_action``
     images: float = 0.0
     episodes: list[EpisodeRecord] = field(default_factory=list)
+    # executed GERMINATEs by (slot, blueprint): what the policy tries, when the tracker knows the slot count
+    planted: np.ndarray | None = None
 
 
 def _nan_if_absent(values: np.ndarray, present: np.ndarray, i: int) -> float:
@@ -55,14 +57,16 @@ def _nan_if_absent(values: np.ndarray, present: np.ndarray, i: int) -> float:
 class EpisodeTracker:
     """Accumulates returns and telemetry per sub-env and emits an :class:`EpisodeRecord` when one ends."""
 
-    def __init__(self, num_envs: int) -> None:
+    def __init__(self, num_envs: int, num_slots: int | None = None) -> None:
         self.returns = np.zeros(num_envs)
         self.lengths = np.zeros(num_envs, np.int64)
-        self.stats = RolloutStats()
+        self.num_slots = num_slots
+        self.begin()
 
     def begin(self) -> None:
         self.returns[:], self.lengths[:] = 0.0, 0
-        self.stats = RolloutStats()
+        planted = None if self.num_slots is None else np.zeros((self.num_slots, len(BLUEPRINT_NAMES)), np.int64)
+        self.stats = RolloutStats(planted=planted)
 
     def record(self, step: EnvStep, actions: np.ndarray) -> list[EpisodeRecord]:
         active, stats, info = step.active, self.stats, step.info
@@ -73,6 +77,9 @@ class EpisodeTracker:
         executed, has_executed = info["executed_op"]
         ops = executed[has_executed].astype(np.int64)
         stats.executed_counts += np.bincount(ops[(ops >= 0) & (ops < len(Op))], minlength=len(Op))
+        if stats.planted is not None:
+            germinated = active & has_executed & (executed == Op.GERMINATE)
+            np.add.at(stats.planted, (actions[germinated, Head.SLOT], actions[germinated, Head.BLUEPRINT]), 1)
         invalid, has_invalid = info["invalid_action"]
         stats.invalid += int(invalid[has_invalid].sum())
         stats.invalid_reported += int(has_invalid.sum())
@@ -104,7 +111,7 @@ class Collector:
         self.driver, self.policy, self.obs_norm, self.reward_scaler = driver, policy, obs_norm, reward_scaler
         self.storage, self.device, self.ranks = storage, storage.device, ranks
         self.bootstrap_truncation = bootstrap_truncation
-        self.tracker = EpisodeTracker(driver.num_envs)
+        self.tracker = EpisodeTracker(driver.num_envs, driver.num_slots or None)  # 0: not an Esper action space
 
     def _obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(self.obs_norm.normalize(obs), device=self.device)
@@ -180,6 +187,8 @@ def merge_rollout_stats(parts: list[RolloutStats]) -> RolloutStats:
         merged.invalid_reported += part.invalid_reported
         merged.images += part.images
         merged.episodes.extend(part.episodes)
+        if part.planted is not None:
+            merged.planted = part.planted.copy() if merged.planted is None else merged.planted + part.planted
     return merged
 
 

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from esper_agent.collect import RolloutStats
-from esper_env.spaces import Op
+from esper_env.spaces import BLUEPRINT_NAMES, Op
 
 
 def _mean(values: list[float]) -> float:
@@ -42,6 +42,9 @@ def rollout_metrics(stats: RolloutStats, seconds: float) -> dict[str, float]:
     out["actions/invalid_rate"] = stats.invalid / stats.invalid_reported if stats.invalid_reported else math.nan
     out["lifecycle/fossilize_count"] = float(stats.executed_counts[Op.FOSSILIZE])
     out["lifecycle/prune_count"] = float(stats.executed_counts[Op.PRUNE])
+    if stats.planted is not None:  # a fixed set of keys (every slot and blueprint), so the CSV keeps them all
+        out |= {f"plant/slot{slot}_{name}": float(stats.planted[slot, b])
+                for slot in range(stats.planted.shape[0]) for b, name in enumerate(BLUEPRINT_NAMES)}
     out["time/rollout_s"] = seconds
     out["time/env_steps_per_s"] = stats.transitions / seconds if seconds > 0 else math.nan
     out["time/host_images_per_s"] = stats.images / seconds if seconds > 0 and stats.images > 0 else math.nan

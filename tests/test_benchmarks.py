@@ -49,6 +49,7 @@ def test_the_agent_arm_records_its_telemetry_and_the_report_plots_it(tmp_path):
     curve = json.loads((folder / "esper_agent-tiny" / "seed0.json").read_text())["curve"]
     assert len(curve) == 2  # 12 host epochs = 2 updates of 2 sub-envs x 3 steps
     assert {"entropy/op", "entropy/blueprint", "ppo/kl", "value/explained_variance"} <= set(curve[0]["telemetry"])
+    assert "plant/slot0_conv_light" in curve[0]["telemetry"]  # what GERMINATE planted where, per update
     compare_report.main([str(folder)])
     assert (folder / "telemetry-esper_agent-tiny.png").exists()
     assert not (folder / "telemetry-static.png").exists()  # nothing learned, nothing to plot

@@ -65,3 +65,24 @@ def test_resume_is_exact_on_esper_synthetic(tmp_path: Path) -> None:
         return [{k: v for k, v in json.loads(line).items() if not k.startswith("time/")} for line in lines]
 
     assert rows(tmp_path / "a") == rows(tmp_path / "b")
+
+
+def test_the_rollout_counts_what_was_planted_where() -> None:
+    from esper_agent.collect import EpisodeTracker
+    from esper_agent.envs import VectorEnvDriver
+    from esper_agent.telemetry import rollout_metrics
+    from esper_env.spaces import BLUEPRINT_NAMES, Op
+
+    envs = gym.make_vec("Esper-Synthetic-v0", num_envs=2, **SMALL)
+    driver = VectorEnvDriver(envs)
+    _, masks = driver.reset(0)
+    blueprint = int(np.flatnonzero(masks.blueprint[0, 1])[-1])  # a blueprint slot 1 allows
+    tracker = EpisodeTracker(2, driver.num_slots)
+    actions = np.zeros((2, 5), np.int64)  # sub-env 1 WAITs
+    actions[0, :3] = [Op.GERMINATE, 1, blueprint]
+    tracker.record(driver.step(actions), actions)
+    envs.close()
+    metrics = rollout_metrics(tracker.stats, 1.0)
+    assert metrics[f"plant/slot1_{BLUEPRINT_NAMES[blueprint]}"] == 1.0
+    planted = {k: v for k, v in metrics.items() if k.startswith("plant/")}
+    assert len(planted) == driver.num_slots * len(BLUEPRINT_NAMES) and sum(planted.values()) == 1.0
