@@ -78,20 +78,23 @@ def counted_episodes(slices: list[dict]) -> list[dict[int, dict]]:
     nothing."""
     seeds_of = [episode_seeds(s) for s in slices]
     order = sorted(range(len(slices)), key=lambda k: slices[k]["seed"])
-    share = len(set().union(*seeds_of)) // max(1, len(slices))
-    while share > 0:
-        taken: set[int] = set()
-        chosen: list[list[int]] = [[] for _ in slices]
-        for k in order:
-            chosen[k] = sorted(seed for seed in seeds_of[k] if seed not in taken)[:share]
-            taken.update(chosen[k])
-        if all(len(c) == share for c in chosen):
-            break
-        share -= 1
-    else:
-        chosen = [[] for _ in slices]
+    most = len(set().union(*seeds_of)) // max(1, len(slices))
+    chosen = next((c for share in range(most, 0, -1) if (c := _deal(seeds_of, order, share)) is not None),
+                  [[] for _ in slices])
     return [{seed: s["episodes"][seeds.index(seed)] for seed in c}
             for s, seeds, c in zip(slices, seeds_of, chosen, strict=True)]
+
+
+def _deal(seeds_of: list[list[int]], order: list[int], share: int) -> list[list[int]] | None:
+    """``share`` reset seeds to each slice, in ``order``, none to two; None if some slice cannot get that many."""
+    taken: set[int] = set()
+    chosen: list[list[int]] = [[] for _ in seeds_of]
+    for k in order:
+        chosen[k] = sorted(seed for seed in seeds_of[k] if seed not in taken)[:share]
+        if len(chosen[k]) < share:
+            return None
+        taken.update(chosen[k])
+    return chosen
 
 
 def _mean_of(episodes: dict[int, dict], key: str) -> float:
@@ -99,8 +102,9 @@ def _mean_of(episodes: dict[int, dict], key: str) -> float:
     return float(np.mean(values)) if values else math.nan
 
 
-def _per_seed(slices: list[dict], key: str) -> list[float]:
-    return [_mean_of(episodes, key) for episodes in counted_episodes(slices)]
+def _per_seed(counted: list[dict[int, dict]], key: str) -> list[float]:
+    """Each seed's mean of ``key`` over its counted episodes (:func:`counted_episodes`)."""
+    return [_mean_of(episodes, key) for episodes in counted]
 
 
 def paired_difference(slices: list[dict], reference: list[dict]) -> tuple[float, float, int]:
@@ -140,14 +144,17 @@ def grown(slices: list[dict]) -> str:
 
 
 def summarize(arms: dict[str, list[dict]]) -> list[dict]:
-    static = np.nanmean(_per_seed(arms["static"], "test_accuracy")) if "static" in arms else math.nan
-    static_val = np.nanmean(_per_seed(arms["static"], "val_accuracy")) if "static" in arms else math.nan
+    counted = {arm: counted_episodes(slices) for arm, slices in arms.items()}
+    static = np.nanmean(_per_seed(counted["static"], "test_accuracy")) if "static" in arms else math.nan
+    static_val = np.nanmean(_per_seed(counted["static"], "val_accuracy")) if "static" in arms else math.nan
     rows = []
     for arm, slices in arms.items():
-        test, half = mean_ci95(_per_seed(slices, "test_accuracy"))
-        ret, ret_half = mean_ci95(_per_seed(slices, "return"))
-        params = float(np.nanmean(_per_seed(slices, "seed_params")))
-        val = float(np.nanmean(_per_seed(slices, "val_accuracy")))
+        per_seed_test = _per_seed(counted[arm], "test_accuracy")
+        per_seed_params = _per_seed(counted[arm], "seed_params")
+        test, half = mean_ci95(per_seed_test)
+        ret, ret_half = mean_ci95(_per_seed(counted[arm], "return"))
+        params = float(np.nanmean(per_seed_params))
+        val = float(np.nanmean(_per_seed(counted[arm], "val_accuracy")))
         gain = 100 * (test - static) / (params / 1000) if params > 0 and math.isfinite(static) else math.nan
         reference = arms.get("heuristic", []) if arm != "heuristic" else []
         paired, paired_half, pairs = paired_difference(slices, reference)
@@ -158,16 +165,16 @@ def summarize(arms: dict[str, list[dict]]) -> list[dict]:
             "test_minus_heuristic_ci95": paired_half, "paired_seeds": pairs, "return": ret, "return_ci95": ret_half,
             "grown": grown(slices),
             "val_accuracy": val, "seed_params": params,
-            "gain_pp_per_1k_params": gain, "invalid_rate": float(np.nanmean(_per_seed(slices, "invalid_rate"))),
+            "gain_pp_per_1k_params": gain,
+            "invalid_rate": float(np.nanmean(_per_seed(counted[arm], "invalid_rate"))),
             "budget_host_epochs": slices[0]["budget_host_epochs"], "rollbacks": int(sum(
                 e["rollback"] for s in slices for e in s["episodes"])),
             "seconds_per_seed": float(np.mean([s["train_seconds"] + s["eval_seconds"] for s in slices])),
             "devices": sorted({s["device"] for s in slices}),
             "episodes_per_seed": min(len(s["episodes"]) for s in slices),
-            "counted_per_seed": len(counted_episodes(slices)[0]),  # the same for every seed of the arm
+            "counted_per_seed": len(counted[arm][0]),  # the same for every seed of the arm
             "per_seed": [{"seed": s["seed"], "test_accuracy": t, "seed_params": p, "grown": grown([s])}
-                         for s, t, p in zip(slices, _per_seed(slices, "test_accuracy"),
-                                            _per_seed(slices, "seed_params"), strict=True)],
+                         for s, t, p in zip(slices, per_seed_test, per_seed_params, strict=True)],
         })
     return rows
 

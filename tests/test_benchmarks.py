@@ -193,7 +193,7 @@ def test_seeds_are_scored_on_episodes_no_other_seed_counts():
     old = [{"seed": k, "episodes": [{"test_accuracy": 0.5 + k + i} for i in range(3)]} for k in (1, 0)]
     counted = compare_report.counted_episodes(old)
     assert [sorted(c) for c in counted] == [[100_002, 100_003], [100_000, 100_001]]  # 4 reset seeds, 2 each
-    assert compare_report._per_seed(old, "test_accuracy") == [pytest.approx(3.0), pytest.approx(1.0)]
+    assert compare_report._per_seed(counted, "test_accuracy") == [pytest.approx(3.0), pytest.approx(1.0)]
     new = [{"seed": k, "episodes": [{"env_seed": 100_000 + 1000 * k + i, "test_accuracy": 0.5} for i in range(3)]}
            for k in (0, 1)]
     assert [len(c) for c in compare_report.counted_episodes(new)] == [3, 3]  # disjoint: every episode counts
