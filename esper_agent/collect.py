@@ -16,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from esper_agent.baselines import Actor
 from esper_agent.buffer import Rollout, RolloutStorage
 from esper_agent.distributed import SingleProcess
 from esper_agent.distributions import ActionMasks
@@ -116,19 +117,28 @@ class Collector:
     def _obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(self.obs_norm.normalize(obs), device=self.device)
 
-    def collect(self, seed: int, generator: torch.Generator) -> tuple[Rollout, RolloutStats]:
-        """One rollout of ``storage.steps`` steps per sub-env (steps where no sub-env moved do not count)."""
+    def collect(self, seed: int, generator: torch.Generator, teacher: Actor | None = None
+                ) -> tuple[Rollout, RolloutStats]:
+        """One rollout of ``storage.steps`` steps per sub-env (steps where no sub-env moved do not count).
+
+        With a ``teacher`` the teacher acts and the policy only scores its actions (a demonstration to imitate:
+        :mod:`esper_agent.imitate`); everything else (storage, normalisers, statistics) is as for the policy's
+        own rollout."""
         obs, masks = self.driver.reset(seed)
         n = self.driver.num_envs
         state = self.policy.initial_state(n, self.device)
         starts = np.ones(n, bool)
+        if teacher is not None:
+            teacher.reset(n)
         self.storage.begin(state)
         self.reward_scaler.begin_rollout()
         self.tracker.begin()
         stored = 0
         while stored < self.storage.steps:
             obs_t, starts_t = self._obs_tensor(obs), torch.as_tensor(starts, device=self.device)
-            out = self.policy.step(obs_t, masks_to_device(masks, self.device), state, starts_t, generator)
+            given = None if teacher is None else torch.as_tensor(teacher.act(obs, masks, starts), device=self.device)
+            out = self.policy.step(obs_t, masks_to_device(masks, self.device), state, starts_t, generator,
+                                   given=given)
             actions = out.action.cpu().numpy()  # sync: the Gym API takes the actions as host arrays
             step = self.driver.step(actions)
             if step.active.any():

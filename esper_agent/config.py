@@ -64,6 +64,14 @@ class AgentConfig:
     target_kl: float = 0.02
     """Stop the update once the joint KL of a minibatch exceeds this (nats per step); 0 = never stop."""
 
+    # --- imitation before PPO (esper_agent.imitate) ---------------------------------------------------------
+    imitation_updates: int = 0
+    """Updates that imitate esper_agent.heuristic before PPO takes over (updates, >= 0; 0 = learn from scratch):
+    each collects a rollout in which the heuristic acts, counted in env steps like any other, and fits the policy
+    to its actions and the critic to its returns."""
+    imitation_epochs: int = 10
+    """Passes over each imitation rollout (epochs)."""
+
     # --- normalisers ------------------------------------------------------------------------------------
     normalize_obs: bool = True
     """Normalise observations by a running mean/std, frozen within a rollout, updated once per rollout."""
@@ -117,11 +125,13 @@ LEGACY_VALUES: dict[str, Any] = {"bootstrap_truncation": True}
 
 _UNIT_INTERVAL_OPEN_LOW = ("gamma",)
 _UNIT_INTERVAL = ("gae_lambda", "anomaly_entropy_min")
-_POSITIVE_INT = ("rollout_steps", "update_epochs", "num_minibatches", "max_nonfinite_steps", "checkpoint_interval")
+_POSITIVE_INT = ("rollout_steps", "update_epochs", "num_minibatches", "max_nonfinite_steps", "checkpoint_interval",
+                 "imitation_epochs")
 _POSITIVE = ("clip_coef", "learning_rate", "adam_eps", "max_grad_norm", "obs_clip", "reward_clip",
              "anomaly_ratio_max", "anomaly_kl_max")
 _NON_NEGATIVE = ("ent_coef", "vf_coef", "target_kl", "anomaly_ratio_min", "anomaly_value_std_ratio", "wait_prior",
                  "prune_prior")
+_NON_NEGATIVE_INT = ("imitation_updates",)
 
 
 def _validate(cfg: AgentConfig) -> None:
@@ -137,6 +147,8 @@ def _validate(cfg: AgentConfig) -> None:
         _require(cfg, name, getattr(cfg, name) >= 1, "an integer >= 1")
     for name in _POSITIVE:
         _require(cfg, name, math.isfinite(getattr(cfg, name)) and getattr(cfg, name) > 0, "a finite float > 0")
+    for name in _NON_NEGATIVE_INT:
+        _require(cfg, name, getattr(cfg, name) >= 0, "an integer >= 0")
     for name in _NON_NEGATIVE:
         _require(cfg, name, math.isfinite(getattr(cfg, name)) and getattr(cfg, name) >= 0, "a finite float >= 0")
     # The rollout storage's hidden state and the network share this one field; the LSTM and the head MLPs need

@@ -107,10 +107,14 @@ def sample_factored(
     relevance: Tensor,
     generator: torch.Generator | None = None,
     deterministic: bool = False,
+    given: Tensor | None = None,
 ) -> FactoredSample:
     """Sample op first, then the other heads under the masks the op implies.
 
-    ``logits[h]`` is (B, size_h) and ``relevance`` (num_ops, num_heads) bool. The masks are assumed validated
+    ``logits[h]`` is (B, size_h) and ``relevance`` (num_ops, num_heads) bool. With ``given`` (B, num_heads), a
+    teacher's actions, nothing is sampled: each head takes the given value (the placeholder where the given op
+    ignores the head), under the masks the given op and slot imply, and the result scores it (used masks and
+    joint log-prob), for imitation; a given value a mask rules out raises. The masks are assumed validated
     on the host (at least one op valid; a head's slice non-empty wherever an op that reads it is valid; for
     every slot GERMINATE may target, some blueprint allowed by both the flat slice and ``masks.blueprint``, and for
     each such blueprint some blend allowed by both the flat slice and ``masks.blend``).
@@ -122,7 +126,7 @@ def sample_factored(
 
     op_mask = masks.op_slot.any(-1) & flat[Head.OP]
     op_dist = MaskedCategorical(logits[Head.OP], op_mask, validate=False)
-    op = op_dist.mode() if deterministic else op_dist.sample(generator)
+    op = _choose(op_dist, deterministic, generator, given, Head.OP)
     relevant = relevance[op]  # (B, num_heads)
 
     op_slot_of_op = masks.op_slot[rows, op]  # (B, num_slots): exactly the slots the sampled op may target
@@ -138,12 +142,32 @@ def sample_factored(
             wanted = wanted & masks.blend[rows, actions[Head.SLOT], actions[Head.BLUEPRINT]]
         mask = torch.where(relevant[:, head : head + 1], wanted, _one_hot_placeholder(batch, sizes[head], device))
         dist = MaskedCategorical(logits[head], mask, validate=False)
-        value = dist.mode() if deterministic else dist.sample(generator)
+        value = _choose(dist, deterministic, generator, given, head)
         value = torch.where(relevant[:, head], value, torch.full_like(value, PLACEHOLDER))
         log_prob = log_prob + torch.where(relevant[:, head], dist.log_prob(value), torch.zeros_like(log_prob))
         actions.append(value)
         used.append(mask)
-    return FactoredSample(torch.stack(actions, -1), torch.cat(used, -1), log_prob)
+    action, used_mask = torch.stack(actions, -1), torch.cat(used, -1)
+    if given is not None:
+        _check_given(action, used_mask, sizes)
+    return FactoredSample(action, used_mask, log_prob)
+
+
+def _choose(dist: MaskedCategorical, deterministic: bool, generator: torch.Generator | None, given: Tensor | None,
+            head: int) -> Tensor:
+    if given is not None:
+        return given[:, head].long()
+    return dist.mode() if deterministic else dist.sample(generator)
+
+
+def _check_given(action: Tensor, used_mask: Tensor, sizes: Sequence[int]) -> None:
+    """Raise where a teacher's action has a value its head's mask rules out (it would score about -1e9)."""
+    masks = torch.split(used_mask, list(sizes), dim=-1)
+    allowed = torch.stack([m.gather(-1, action[:, h : h + 1]).squeeze(-1) for h, m in enumerate(masks)], -1)
+    if not bool(allowed.all()):  # sync: only when imitating, where the actions come from the host anyway
+        row, head = (int(i) for i in torch.nonzero(~allowed)[0].tolist())
+        raise ValueError(f"the given action {action[row].tolist()} of row {row} has head {Head(head).name} = "
+                         f"{int(action[row, head])}, which the action masks rule out; expected a valid action")
 
 
 def evaluate_factored(

@@ -147,10 +147,12 @@ class RecurrentPolicy(nn.Module):
         episode_start: Tensor,
         generator: torch.Generator | None = None,
         deterministic: bool = False,
+        given: Tensor | None = None,
     ) -> ActOutput:
-        """One rollout step for a batch of sub-envs: sample (or argmax) a factored action and V(s)."""
+        """One rollout step for a batch of sub-envs: sample (or argmax) a factored action and V(s); with ``given``
+        (B, num_heads), a teacher's actions, score those instead (see ``sample_factored``)."""
         core, state = self.core_step(obs, state, episode_start)
-        sample = sample_factored(self.head_logits(core), masks, self.relevance, generator, deterministic)
+        sample = sample_factored(self.head_logits(core), masks, self.relevance, generator, deterministic, given)
         return ActOutput(sample.action, sample.used_mask, sample.log_prob, self.value(core), state)
 
     @torch.no_grad()

@@ -184,6 +184,11 @@ def ppo_update(policy: RecurrentPolicy, optimizer: torch.optim.Optimizer, batch:
     return summarize(records, list(groups), applied, skipped, stopped, ranks)
 
 
+def empty_ppo_stats(group_names: list[str]) -> dict[str, float]:
+    """The keys a PPO update reports, all NaN: what an update that is not a PPO update reports for them."""
+    return summarize([], group_names, 0, 0, False)
+
+
 def summarize(records: list[Tensor], group_names: list[str], applied: int, skipped: int, stopped: bool,
               ranks: SingleProcess = SINGLE) -> dict[str, float]:
     """Means (max/min for extremes, over every rank) over the recorded minibatch steps, with one transfer to the
@@ -216,5 +221,5 @@ def summarize(records: list[Tensor], group_names: list[str], applied: int, skipp
     return out
 
 
-__all__ = ["ppo_update", "minibatch_terms", "reduce_step", "TrainBatch", "NonFiniteGuard", "masked_mean",
-           "SCALAR_STATS", "ADDITIVE_STATS"]
+__all__ = ["ppo_update", "empty_ppo_stats", "minibatch_terms", "reduce_step", "TrainBatch", "NonFiniteGuard",
+           "masked_mean", "SCALAR_STATS", "ADDITIVE_STATS"]

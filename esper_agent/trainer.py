@@ -27,9 +27,11 @@ from esper_agent.collect import Collector, merge_rollout_stats, rank_reset_seed
 from esper_agent.config import AgentConfig
 from esper_agent.distributed import SINGLE, SingleProcess, sample_seed, warn_main
 from esper_agent.envs import VectorEnvDriver
+from esper_agent.heuristic import HeuristicActor
+from esper_agent.imitate import IMITATION_STATS, imitation_update
 from esper_agent.normalize import ObservationNormalizer, RewardScaler
 from esper_agent.policy import RecurrentPolicy
-from esper_agent.ppo import NonFiniteGuard, TrainBatch, ppo_update
+from esper_agent.ppo import NonFiniteGuard, TrainBatch, empty_ppo_stats, ppo_update
 from esper_agent.telemetry import rollout_metrics
 
 
@@ -89,6 +91,12 @@ class Trainer:
         if length is not None and config.rollout_steps < length:
             warnings.warn(f"rollout_steps={config.rollout_steps} < the env's episode length {length}: every rollout "
                           "restarts the envs, so the agent never sees the end of an episode", stacklevel=2)
+        if config.imitation_updates and ranks.world_size > 1:
+            raise ValueError(f"imitation_updates={config.imitation_updates} is for one process; this run has "
+                             f"{ranks.world_size} ranks (set imitation_updates=0 or run without torchrun)")
+        if config.imitation_updates and not self.driver.num_slots:
+            raise ValueError(f"imitation_updates={config.imitation_updates} needs an Esper action space (the "
+                             "heuristic teacher reads Esper's observation layout)")
         self.envs, self.config, self.seed, self.total_updates = envs, config, seed, total_updates
         self.device, self.ranks = torch.device(device), ranks
         with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's global RNG
@@ -122,27 +130,41 @@ class Trainer:
         while self.update_index < self.total_updates:
             yield self.update()
 
+    def imitating(self) -> bool:
+        """Whether the next update imitates the heuristic (the first ``imitation_updates``) rather than PPO."""
+        return self.update_index < self.config.imitation_updates
+
     def update(self) -> dict[str, Any]:
         start = time.perf_counter()
+        imitating = self.imitating()
         seed = rank_reset_seed(self.seed, self.update_index, self.ranks.rank, self.driver.num_envs)
-        rollout, local_stats = self.collector.collect(seed, self.sample_generator)
+        teacher = HeuristicActor(self.driver.num_slots) if imitating else None
+        rollout, local_stats = self.collector.collect(seed, self.sample_generator, teacher)
         collected = time.perf_counter()
-        advantages = compute_gae(rollout, self.reward_scaler.scale_rewards(rollout.rewards),
-                                 self.config.gamma, self.config.gae_lambda)
+        scaled = self.reward_scaler.scale_rewards(rollout.rewards)
+        advantages = compute_gae(rollout, scaled, self.config.gamma, self.config.gae_lambda)
         lr = self.learning_rate()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        batch = TrainBatch(rollout, advantages.advantages, advantages.returns)
-        ppo_stats = ppo_update(self.policy, self.optimizer, batch, self.config, self.minibatch_generator, self.guard,
-                               self.ranks)
+        if imitating:
+            returns = compute_gae(rollout, scaled, self.config.gamma, 1.0).returns  # Monte-Carlo: see imitate
+            update_stats = empty_ppo_stats(list(self.policy.parameter_groups())) | imitation_update(
+                self.policy, self.optimizer, rollout, returns, self.config, self.minibatch_generator)
+        else:
+            if self.update_index == self.config.imitation_updates > 0:
+                self.optimizer.state.clear()  # Adam's moments were those of the imitation loss
+            batch = TrainBatch(rollout, advantages.advantages, advantages.returns)
+            update_stats = dict.fromkeys(IMITATION_STATS, math.nan) | ppo_update(
+                self.policy, self.optimizer, batch, self.config, self.minibatch_generator, self.guard, self.ranks)
         self.update_index += 1
         # Every rank's episodes and counts; the rollout took as long as its slowest rank.
         parts = self.ranks.gather_objects((local_stats, collected - start))
         stats, rollout_s = merge_rollout_stats([p[0] for p in parts]), max(p[1] for p in parts)
         self.env_steps += stats.transitions
         metrics: dict[str, Any] = {"update": self.update_index, "env_steps": self.env_steps, "ppo/lr": lr,
+                                   "imitation/active": float(imitating),
                                    "normalizer/reward_scale": self.reward_scaler.scale}
-        metrics |= ppo_stats | value_statistics(rollout, advantages, self.ranks) | rollout_metrics(stats, rollout_s)
+        metrics |= update_stats | value_statistics(rollout, advantages, self.ranks) | rollout_metrics(stats, rollout_s)
         metrics["time/update_s"] = time.perf_counter() - collected
         metrics["anomalies"] = detect_anomalies(metrics, self.config)
         return metrics

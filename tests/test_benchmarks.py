@@ -61,7 +61,7 @@ def test_a_paused_agent_slice_continues_exactly_where_it_stopped(tmp_path, capsy
     torch.set_num_threads(1)
     common = ["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--seeds", "0", "--eval-episodes", "2",
               "--num-envs", "2", "--arms", "esper_agent", "--budget-epochs", "18", "--agent-device", "cpu",
-              "--agent-kwargs", json.dumps({"hidden_size": 16})]
+              "--agent-kwargs", json.dumps({"hidden_size": 16, "imitation_updates": 1})]  # pauses at the switch
     compare_agents.main([*common, "--out", str(tmp_path / "whole")])
     paused = tmp_path / "paused" / "Esper-Synthetic-v0" / "esper_agent"
     for done in (1, 2):  # a limit of 0 s: one update per run, then the state is saved

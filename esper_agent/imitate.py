@@ -1,0 +1,96 @@
+"""Imitation before PPO: fit the policy to a teacher's play and the critic to the teacher's returns.
+
+Why it exists: on the head-to-head's host, PPO from scratch found the heuristic's kind of plan (a `conv_light`
+seed blended in and fossilized) in 1 or 2 seeds of 5 within 16,000 host epochs, and the plans that beat the
+heuristic differ from it only in timing and in what goes into the second slot (README, "The head-to-head"). With
+``AgentConfig.imitation_updates = n`` the first ``n`` updates of a run are imitation updates: the agent starts
+from the heuristic's play, and PPO then has its whole remaining budget to improve on it rather than to find it.
+
+One imitation update is one rollout in which ``esper_agent.heuristic`` acts and the policy only scores its actions
+(the rollout is collected, normalised and counted in env steps exactly as PPO's are, so a budget in host epochs
+includes the demonstrations), then ``imitation_epochs`` passes over it, each in ``num_minibatches`` minibatches of
+whole env rows replayed from their initial LSTM state. Per minibatch:
+
+- loss = mean over steps of -log pi(teacher's joint action | history) - ``ent_coef`` x entropy
+  + ``vf_coef`` x 0.5 x (V - return)^2;
+- the return is the Monte-Carlo discounted return of the demonstration in scaled reward units (GAE with lambda 1),
+  so PPO starts with a critic that already values the teacher's kind of play, and the first PPO advantages are not
+  those of an untrained critic (which would push the imitated policy around at random);
+- the entropy term is the one PPO uses, so imitation does not drive the heads to certainty that the PPO updates'
+  bonus would then have to undo.
+
+The optimizer's moments are cleared when PPO takes over (:class:`esper_agent.trainer.Trainer`): they are those of
+another loss. Imitation runs in one process; under torchrun the trainer refuses it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from esper_agent.buffer import Rollout
+from esper_agent.config import AgentConfig
+from esper_agent.policy import LSTMState, RecurrentPolicy
+from esper_env.spaces import HEAD_NAMES
+
+IMITATION_STATS = ("imitation/nll", "imitation/action_prob", "imitation/value_loss")
+"""The statistics an imitation update reports (NaN in PPO updates, so that every update has the same keys)."""
+
+
+def _minibatch_loss(policy: RecurrentPolicy, rollout: Rollout, returns: Tensor, rows: Tensor, cfg: AgentConfig
+                    ) -> tuple[Tensor, Tensor]:
+    """The loss on env rows ``rows`` (CPU index) and its statistics: nll, action prob, value loss, then each
+    head's entropy sum and count (over the steps where the head mattered and had a choice)."""
+    index = rows.to(returns.device)
+    valid = rollout.valid[index]
+    state = LSTMState(rollout.initial_state.h[index], rollout.initial_state.c[index])
+    ev = policy.sequence(rollout.obs[index], rollout.episode_start[index], state, rollout.actions[index],
+                         rollout.used_masks[index], bool(rollout.resets_inside[rows.numpy()].any()))
+    count = valid.sum().clamp(min=1)
+
+    def mean(x: Tensor) -> Tensor:
+        return torch.where(valid, x, torch.zeros_like(x)).sum() / count
+
+    nll = mean(-ev.log_prob)
+    value_loss = 0.5 * mean((ev.value - returns[index]) ** 2)
+    counted = ev.available & valid.unsqueeze(-1)
+    head_sum = torch.where(counted, ev.entropy, torch.zeros_like(ev.entropy)).sum((0, 1))
+    head_count = counted.sum((0, 1)).float()
+    entropy = (head_sum / head_count.clamp(min=1)).sum()
+    loss = nll - cfg.ent_coef * entropy + cfg.vf_coef * value_loss
+    with torch.no_grad():
+        stats = torch.cat([torch.stack([nll, mean(ev.log_prob.exp()), value_loss]), head_sum, head_count])
+    return loss, stats.detach()
+
+
+def imitation_update(policy: RecurrentPolicy, optimizer: torch.optim.Optimizer, rollout: Rollout, returns: Tensor,
+                     cfg: AgentConfig, generator: torch.Generator) -> dict[str, float]:
+    """``cfg.imitation_epochs`` passes of maximum likelihood on a demonstration rollout (the teacher's actions
+    stored in ``rollout.actions``) and regression of V on ``returns`` (N, T); returns the mean statistics."""
+    params = [p for p in policy.parameters() if p.requires_grad]
+    num_envs, heads = rollout.valid.shape[0], len(HEAD_NAMES)
+    records = []
+    for _ in range(cfg.imitation_epochs):
+        order = torch.randperm(num_envs, generator=generator)
+        for rows in torch.tensor_split(order, cfg.num_minibatches):
+            loss, stats = _minibatch_loss(policy, rollout, returns, rows, cfg)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            norm = nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            value, norm_value = float(loss.detach()), float(norm)  # sync: once per minibatch step
+            if not (math.isfinite(value) and math.isfinite(norm_value)):
+                raise RuntimeError(f"imitation loss {value} or gradient norm {norm_value} is not finite; check the "
+                                   "env's observations and rewards for NaN/inf")
+            optimizer.step()
+            records.append(stats)
+    optimizer.zero_grad(set_to_none=True)
+    table = torch.stack(records)
+    means = table[:, :3].mean(0).tolist()
+    entropy = (table[:, 3 : 3 + heads].sum(0) / table[:, 3 + heads :].sum(0)).tolist()  # NaN: never relevant
+    return dict(zip(IMITATION_STATS, means, strict=True)) | {
+        f"entropy/{h}": v for h, v in zip(HEAD_NAMES, entropy, strict=True)}
+
+
+__all__ = ["imitation_update", "IMITATION_STATS"]

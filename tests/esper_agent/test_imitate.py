@@ -1,0 +1,110 @@
+"""Imitation before PPO: scoring a teacher's actions, the imitation update, and the trainer's switch to PPO."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from agent_fixtures import one_torch_thread  # noqa: F401  (autouse: one torch thread per test)
+from test_distributions import NUM_SLOTS, RELEVANCE, SIZES, random_masks
+
+from esper_agent.config import AgentConfig
+from esper_agent.distributions import evaluate_factored, sample_factored
+from esper_agent.heuristic import HeuristicActor
+from esper_agent.imitate import imitation_update
+from esper_agent.trainer import Trainer
+from esper_env.spaces import Head, Op
+
+SMALL = {"max_epochs": 6, "device": "cpu", "synthetic_train_size": 256, "synthetic_val_size": 64,
+         "min_prune_age": 0}
+
+
+def test_a_given_action_is_scored_not_sampled() -> None:
+    g = torch.Generator().manual_seed(0)
+    masks = random_masks(64, g)
+    logits = [torch.randn(64, n, generator=g) for n in SIZES]
+    teacher = sample_factored(logits, masks, RELEVANCE, g)  # valid actions, from other logits
+    other = [torch.randn(64, n, generator=g) for n in SIZES]
+    scored = sample_factored(other, masks, RELEVANCE, g, given=teacher.action)
+    assert torch.equal(scored.action, teacher.action)
+    assert torch.equal(scored.used_mask, teacher.used_mask)  # the masks depend on the action, not the logits
+    replay = evaluate_factored(other, scored.used_mask, scored.action, RELEVANCE)
+    torch.testing.assert_close(scored.log_prob, replay.log_prob)
+
+
+def test_a_given_action_the_masks_rule_out_is_refused() -> None:
+    g = torch.Generator().manual_seed(1)
+    masks = random_masks(4, g)
+    masks.op_slot[:, Op.PRUNE] = False
+    given = torch.zeros(4, len(SIZES), dtype=torch.long)
+    given[2, Head.OP], given[2, Head.SLOT] = Op.PRUNE, NUM_SLOTS - 1
+    logits = [torch.zeros(4, n) for n in SIZES]
+    with pytest.raises(ValueError, match="row 2 has head OP = 3"):
+        sample_factored(logits, masks, RELEVANCE, g, given=given)
+
+
+class RecordingTeacher(HeuristicActor):
+    """The heuristic, keeping every action it returned."""
+
+    def __init__(self, num_slots: int) -> None:
+        super().__init__(num_slots)
+        self.actions: list[np.ndarray] = []
+
+    def act(self, obs, masks, episode_start) -> np.ndarray:
+        action = super().act(obs, masks, episode_start)
+        self.actions.append(action)
+        return action
+
+
+def trainer(imitation_updates: int, **config) -> Trainer:
+    envs = gym.make_vec("Esper-Synthetic-v0", num_envs=2, **SMALL)
+    cfg = AgentConfig(rollout_steps=6, hidden_size=16, num_minibatches=2, imitation_updates=imitation_updates,
+                      **config)
+    return Trainer(envs, cfg, seed=0, total_updates=imitation_updates + 1)
+
+
+def test_a_demonstration_stores_the_teachers_actions() -> None:
+    t = trainer(1)
+    teacher = RecordingTeacher(t.driver.num_slots)
+    rollout, stats = t.collector.collect(3, t.sample_generator, teacher)
+    assert rollout.valid.all() and len(stats.episodes) == 2
+    assert np.array_equal(rollout.actions.numpy(), np.stack(teacher.actions, 1))
+    assert (rollout.actions[..., Head.OP] != Op.WAIT).any()  # the heuristic did something to imitate
+
+
+def test_imitation_makes_the_teachers_actions_likelier() -> None:
+    t = trainer(1, imitation_epochs=5, learning_rate=3e-3)
+    rollout, _ = t.collector.collect(3, t.sample_generator, HeuristicActor(t.driver.num_slots))
+    rollout = type(rollout)(*(x.clone() if isinstance(x, torch.Tensor) else x for x in rollout))
+
+    def mean_log_prob() -> float:
+        with torch.no_grad():
+            ev = t.policy.sequence(rollout.obs, rollout.episode_start, rollout.initial_state, rollout.actions,
+                                   rollout.used_masks)
+        return float(ev.log_prob[rollout.valid].mean())
+
+    before = mean_log_prob()
+    stats = imitation_update(t.policy, t.optimizer, rollout, torch.zeros_like(rollout.values), t.config,
+                             torch.Generator().manual_seed(0))
+    assert mean_log_prob() > before + 0.1
+    assert math.isfinite(stats["imitation/nll"]) and 0 < stats["imitation/action_prob"] <= 1
+
+
+def test_the_trainer_imitates_first_then_runs_ppo() -> None:
+    t = trainer(2)
+    rows = list(t.train())
+    assert [r["imitation/active"] for r in rows] == [1.0, 1.0, 0.0]
+    assert all(math.isfinite(r["imitation/nll"]) and math.isnan(r["ppo/kl"]) for r in rows[:2])
+    assert math.isnan(rows[2]["imitation/nll"]) and math.isfinite(rows[2]["ppo/kl"])
+    assert [set(r) for r in rows[1:]] == [set(rows[0])] * 2  # one key set: metrics.csv keeps one header
+    assert t.env_steps == 3 * 2 * 6  # demonstrations count as env steps like any rollout
+
+
+def test_imitation_is_refused_where_it_cannot_run() -> None:
+    with pytest.raises(ValueError, match="imitation_updates=-1 is out of range; expected an integer >= 0"):
+        AgentConfig(imitation_updates=-1)
+    with pytest.raises(ValueError, match="imitation_epochs=0 is out of range"):
+        AgentConfig(imitation_epochs=0)
