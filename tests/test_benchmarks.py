@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from benchmarks import compare_agents, compare_report, grouped, host_alone
+from benchmarks import compare_agents, compare_report, grouped, host_alone, imitation_probe
 from esper_env.host import HostModel
 
 # report_test_accuracy may be named in --env-kwargs: evaluation measures the test set whatever it says
@@ -139,6 +139,16 @@ def test_host_alone_reports_test_accuracy(tmp_path):
                      "--out", str(tmp_path)])
     (row,) = json.loads(next(tmp_path.glob("host_alone-*.json")).read_text())
     assert row["truncated"] and len(row["test_accuracy"]) == 2
+
+
+def test_the_imitation_probe_plays_the_imitated_policy_beside_the_heuristic(tmp_path):
+    torch.set_num_threads(1)
+    result = imitation_probe.main(["--env-kwargs", json.dumps(TINY | {"max_epochs": 6}), "--num-envs", "2",
+                                   "--updates", "2", "--episodes", "2", "--out", str(tmp_path),
+                                   "--agent-kwargs", json.dumps({"hidden_size": 16, "rollout_steps": 6})])
+    assert [len(result[k]["per_episode"]) for k in ("imitated_greedy", "heuristic")] == [2, 2]
+    assert len(result["updates"]) == 2 and all(0 < u["imitation/action_prob"] <= 1 for u in result["updates"])
+    assert json.loads(next(tmp_path.glob("imitation_probe_*.json")).read_text())["device"].startswith("cpu")
 
 
 @pytest.mark.parametrize("train", [True, False])
