@@ -146,16 +146,7 @@ class Trainer:
         lr = self.learning_rate()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        if imitating:
-            returns = compute_gae(rollout, scaled, self.config.gamma, 1.0).returns  # Monte-Carlo: see imitate
-            update_stats = empty_ppo_stats(list(self.policy.parameter_groups())) | imitation_update(
-                self.policy, self.optimizer, rollout, returns, self.config, self.minibatch_generator)
-        else:
-            if self.update_index == self.config.imitation_updates > 0:
-                self.optimizer.state.clear()  # Adam's moments were those of the imitation loss
-            batch = TrainBatch(rollout, advantages.advantages, advantages.returns)
-            update_stats = dict.fromkeys(IMITATION_STATS, math.nan) | ppo_update(
-                self.policy, self.optimizer, batch, self.config, self.minibatch_generator, self.guard, self.ranks)
+        update_stats = self._learn(rollout, scaled, advantages, imitating)
         self.update_index += 1
         # Every rank's episodes and counts; the rollout took as long as its slowest rank.
         parts = self.ranks.gather_objects((local_stats, collected - start))
@@ -168,6 +159,20 @@ class Trainer:
         metrics["time/update_s"] = time.perf_counter() - collected
         metrics["anomalies"] = detect_anomalies(metrics, self.config)
         return metrics
+
+    def _learn(self, rollout: Rollout, scaled_rewards: torch.Tensor, advantages: Advantages, imitating: bool
+               ) -> dict[str, float]:
+        """The learning half of an update: imitation of the rollout's (heuristic's) actions, or PPO. Both report
+        the same keys, NaN where they do not apply."""
+        if imitating:
+            returns = compute_gae(rollout, scaled_rewards, self.config.gamma, 1.0).returns  # Monte-Carlo: imitate
+            return empty_ppo_stats(list(self.policy.parameter_groups())) | imitation_update(
+                self.policy, self.optimizer, rollout, returns, self.config, self.minibatch_generator)
+        if self.update_index == self.config.imitation_updates > 0:
+            self.optimizer.state.clear()  # Adam's moments were those of the imitation loss
+        batch = TrainBatch(rollout, advantages.advantages, advantages.returns)
+        return dict.fromkeys(IMITATION_STATS, math.nan) | ppo_update(
+            self.policy, self.optimizer, batch, self.config, self.minibatch_generator, self.guard, self.ranks)
 
     def _shape(self) -> dict[str, int]:
         return {"obs_dim": self.driver.obs_dim, "num_slots": self.driver.num_slots,

@@ -108,3 +108,18 @@ def test_imitation_is_refused_where_it_cannot_run() -> None:
         AgentConfig(imitation_updates=-1)
     with pytest.raises(ValueError, match="imitation_epochs=0 is out of range"):
         AgentConfig(imitation_epochs=0)
+
+
+def test_ppo_starts_from_fresh_adam_moments(monkeypatch: pytest.MonkeyPatch) -> None:
+    from esper_agent import trainer as trainer_module
+
+    t, seen = trainer(1), []
+    real = trainer_module.ppo_update
+
+    def spy(policy, optimizer, *args):
+        seen.append(len(optimizer.state))  # parameters with Adam moments when PPO starts its update
+        return real(policy, optimizer, *args)
+
+    monkeypatch.setattr(trainer_module, "ppo_update", spy)
+    list(t.train(total_updates=3))  # one imitation update, then two PPO updates
+    assert seen[0] == 0 and seen[1] == len(list(t.policy.parameters()))
