@@ -33,7 +33,8 @@ def detect_anomalies(metrics: Mapping[str, float], cfg: AgentConfig) -> list[str
     skipped = _get(metrics, "ppo/nonfinite_steps")
     if skipped > 0:
         found.append(f"nonfinite_loss: {int(skipped)} minibatch step(s) skipped for a non-finite loss or gradient")
-    for head in HEAD_NAMES:
+    imitating = _get(metrics, "imitation/active") == 1.0  # fitting a deterministic teacher: low entropy is the aim
+    for head in HEAD_NAMES if not imitating else ():
         entropy = _get(metrics, f"entropy/{head}")
         if entropy < cfg.anomaly_entropy_min:
             found.append(f"entropy_collapse/{head}: conditional normalised entropy {entropy:.4g} "

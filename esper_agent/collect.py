@@ -123,7 +123,8 @@ class Collector:
 
         With a ``teacher`` the teacher acts and the policy only scores its actions (a demonstration to imitate:
         :mod:`esper_agent.imitate`); everything else (storage, normalisers, statistics) is as for the policy's
-        own rollout."""
+        own rollout. Such a rollout stores the policy's log-probs of the teacher's actions, not of actions the
+        policy sampled: it is for imitation, never for a PPO update."""
         obs, masks = self.driver.reset(seed)
         n = self.driver.num_envs
         state = self.policy.initial_state(n, self.device)

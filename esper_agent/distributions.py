@@ -120,6 +120,8 @@ def sample_factored(
     each such blueprint some blend allowed by both the flat slice and ``masks.blend``).
     """
     sizes = [lg.shape[-1] for lg in logits]
+    if given is not None:
+        _check_given_range(given, sizes)
     flat = torch.split(masks.flat, sizes, dim=-1)
     batch, device = logits[0].shape[0], logits[0].device
     rows = torch.arange(batch, device=device)
@@ -158,6 +160,14 @@ def _choose(dist: MaskedCategorical, deterministic: bool, generator: torch.Gener
     if given is not None:
         return given[:, head].long()
     return dist.mode() if deterministic else dist.sample(generator)
+
+
+def _check_given_range(given: Tensor, sizes: Sequence[int]) -> None:
+    """Raise where a teacher's action has a value outside its head (it would index out of range, on CUDA fatally)."""
+    high = torch.as_tensor(list(sizes), device=given.device)
+    if given.shape[-1] != len(sizes) or not bool(((given >= 0) & (given < high)).all()):  # sync: imitation only
+        raise ValueError(f"given actions of shape {tuple(given.shape)} must hold, per row, one value per head in "
+                         f"[0, size) for head sizes {list(sizes)}; got rows such as {given[0].tolist()}")
 
 
 def _check_given(action: Tensor, used_mask: Tensor, sizes: Sequence[int]) -> None:

@@ -13,14 +13,18 @@ whole env rows replayed from their initial LSTM state. Per minibatch:
 
 - loss = mean over steps of -log pi(teacher's joint action | history) - ``ent_coef`` x entropy
   + ``vf_coef`` x 0.5 x (V - return)^2;
-- the return is the Monte-Carlo discounted return of the demonstration in scaled reward units (GAE with lambda 1),
-  so PPO starts with a critic that already values the teacher's kind of play, and the first PPO advantages are not
-  those of an untrained critic (which would push the imitated policy around at random);
+- the return is the lambda-1 return of the demonstration in scaled reward units (GAE with lambda 1: the
+  Monte-Carlo discounted return when the rollout holds whole episodes, as with the default ``rollout_steps``;
+  bootstrapped from the critic where the rollout cuts an episode), so PPO starts with a critic that already values
+  the teacher's kind of play, and the first PPO advantages are not those of an untrained critic (which would push
+  the imitated policy around at random);
 - the entropy term is the one PPO uses. It does not keep a head whose teacher is deterministic from near-certainty:
   on the head-to-head's host the blueprint head's normalised entropy was 0.01-0.02 after 8 imitation updates, and
   PPO's bonus pulled it back up (README, "imitate the heuristic, then PPO").
 
-The optimizer's moments are cleared when PPO takes over (:class:`esper_agent.trainer.Trainer`): they are those of
+A minibatch step with a non-finite loss or gradient is skipped and counted by the same guard as PPO's
+(``max_nonfinite_steps`` in a row stop training) and reported as ``ppo/nonfinite_steps``, which the anomaly check
+reads. The optimizer's moments are cleared when PPO takes over (:class:`esper_agent.trainer.Trainer`): they are those of
 another loss. Imitation runs in one process; under torchrun the trainer refuses it.
 """
 
@@ -34,6 +38,7 @@ from torch import Tensor, nn
 from esper_agent.buffer import Rollout
 from esper_agent.config import AgentConfig
 from esper_agent.policy import LSTMState, RecurrentPolicy
+from esper_agent.ppo import NonFiniteGuard
 from esper_env.spaces import HEAD_NAMES
 
 IMITATION_STATS = ("imitation/nll", "imitation/action_prob", "imitation/value_loss")
@@ -67,12 +72,12 @@ def _minibatch_loss(policy: RecurrentPolicy, rollout: Rollout, returns: Tensor, 
 
 
 def imitation_update(policy: RecurrentPolicy, optimizer: torch.optim.Optimizer, rollout: Rollout, returns: Tensor,
-                     cfg: AgentConfig, generator: torch.Generator) -> dict[str, float]:
+                     cfg: AgentConfig, generator: torch.Generator, guard: NonFiniteGuard) -> dict[str, float]:
     """``cfg.imitation_epochs`` passes of maximum likelihood on a demonstration rollout (the teacher's actions
     stored in ``rollout.actions``) and regression of V on ``returns`` (N, T); returns the mean statistics."""
     params = [p for p in policy.parameters() if p.requires_grad]
     num_envs, heads = rollout.valid.shape[0], len(HEAD_NAMES)
-    records = []
+    records, skipped = [], 0
     for _ in range(cfg.imitation_epochs):
         order = torch.randperm(num_envs, generator=generator)
         for rows in torch.tensor_split(order, cfg.num_minibatches):
@@ -80,17 +85,21 @@ def imitation_update(policy: RecurrentPolicy, optimizer: torch.optim.Optimizer, 
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             norm = nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-            value, norm_value = float(loss.detach()), float(norm)  # sync: once per minibatch step
-            if not (math.isfinite(value) and math.isfinite(norm_value)):
-                raise RuntimeError(f"imitation loss {value} or gradient norm {norm_value} is not finite; check the "
-                                   "env's observations and rewards for NaN/inf")
+            finite = math.isfinite(float(loss.detach())) and math.isfinite(float(norm))  # sync: once per step
+            guard.record(finite)
+            if not finite:
+                skipped += 1
+                continue
             optimizer.step()
-            records.append(stats)
+            records.append(torch.cat([stats, norm.detach().view(1)]))
     optimizer.zero_grad(set_to_none=True)
+    out = dict.fromkeys(IMITATION_STATS, math.nan) | {"ppo/nonfinite_steps": float(skipped)}
+    if not records:
+        return out | {f"entropy/{h}": math.nan for h in HEAD_NAMES}
     table = torch.stack(records)
     means = table[:, :3].mean(0).tolist()
-    entropy = (table[:, 3 : 3 + heads].sum(0) / table[:, 3 + heads :].sum(0)).tolist()  # NaN: never relevant
-    return dict(zip(IMITATION_STATS, means, strict=True)) | {
+    entropy = (table[:, 3 : 3 + heads].sum(0) / table[:, 3 + heads : 3 + 2 * heads].sum(0)).tolist()  # NaN: unused
+    return out | dict(zip(IMITATION_STATS, means, strict=True)) | {"grad/norm_preclip": float(table[:, -1].mean())} | {
         f"entropy/{h}": v for h, v in zip(HEAD_NAMES, entropy, strict=True)}
 
 

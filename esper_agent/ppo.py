@@ -186,7 +186,7 @@ def ppo_update(policy: RecurrentPolicy, optimizer: torch.optim.Optimizer, batch:
 
 def empty_ppo_stats(group_names: list[str]) -> dict[str, float]:
     """The keys a PPO update reports, all NaN: what an update that is not a PPO update reports for them."""
-    return summarize([], group_names, 0, 0, False)
+    return {key: math.nan for key in summarize([], group_names, 0, 0, False)}
 
 
 def summarize(records: list[Tensor], group_names: list[str], applied: int, skipped: int, stopped: bool,

@@ -33,6 +33,7 @@ from esper_agent.normalize import ObservationNormalizer, RewardScaler
 from esper_agent.policy import RecurrentPolicy
 from esper_agent.ppo import NonFiniteGuard, TrainBatch, empty_ppo_stats, ppo_update
 from esper_agent.telemetry import rollout_metrics
+from esper_env.spaces import observation_layout
 
 
 def check_gamma_contract(envs: gym.vector.VectorEnv, gamma: float) -> None:
@@ -78,7 +79,8 @@ def value_statistics(rollout: Rollout, advantages: Advantages, ranks: SingleProc
 
 
 class Trainer:
-    """Factored recurrent PPO on a Gymnasium vector env with Esper's action space and masks."""
+    """Factored recurrent PPO on a Gymnasium vector env with Esper's action space and masks; the first
+    ``config.imitation_updates`` updates imitate the heuristic instead (:mod:`esper_agent.imitate`)."""
 
     def __init__(self, envs: gym.vector.VectorEnv, config: AgentConfig, *, device: str | torch.device = "cpu",
                  seed: int = 0, total_updates: int = 100, ranks: SingleProcess = SINGLE) -> None:
@@ -94,9 +96,11 @@ class Trainer:
         if config.imitation_updates and ranks.world_size > 1:
             raise ValueError(f"imitation_updates={config.imitation_updates} is for one process; this run has "
                              f"{ranks.world_size} ranks (set imitation_updates=0 or run without torchrun)")
-        if config.imitation_updates and not self.driver.num_slots:
-            raise ValueError(f"imitation_updates={config.imitation_updates} needs an Esper action space (the "
-                             "heuristic teacher reads Esper's observation layout)")
+        esper_obs_dim = sum(f.size for f in observation_layout(self.driver.num_slots))
+        if config.imitation_updates and self.driver.obs_dim != esper_obs_dim:
+            raise ValueError(f"imitation_updates={config.imitation_updates} needs Esper's observations (the heuristic "
+                             f"teacher reads their layout: {esper_obs_dim} values for {self.driver.num_slots} slots); "
+                             f"this env's have {self.driver.obs_dim}")
         self.envs, self.config, self.seed, self.total_updates = envs, config, seed, total_updates
         self.device, self.ranks = torch.device(device), ranks
         with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's global RNG
@@ -141,12 +145,14 @@ class Trainer:
         teacher = HeuristicActor(self.driver.num_slots) if imitating else None
         rollout, local_stats = self.collector.collect(seed, self.sample_generator, teacher)
         collected = time.perf_counter()
-        scaled = self.reward_scaler.scale_rewards(rollout.rewards)
-        advantages = compute_gae(rollout, scaled, self.config.gamma, self.config.gae_lambda)
+        # Imitation fits the critic to lambda-1 returns (see esper_agent.imitate); the value statistics below then
+        # describe the target the critic is fitted to in either kind of update.
+        lam = 1.0 if imitating else self.config.gae_lambda
+        advantages = compute_gae(rollout, self.reward_scaler.scale_rewards(rollout.rewards), self.config.gamma, lam)
         lr = self.learning_rate()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        update_stats = self._learn(rollout, scaled, advantages, imitating)
+        update_stats = self._learn(rollout, advantages, imitating)
         self.update_index += 1
         # Every rank's episodes and counts; the rollout took as long as its slowest rank.
         parts = self.ranks.gather_objects((local_stats, collected - start))
@@ -160,15 +166,14 @@ class Trainer:
         metrics["anomalies"] = detect_anomalies(metrics, self.config)
         return metrics
 
-    def _learn(self, rollout: Rollout, scaled_rewards: torch.Tensor, advantages: Advantages, imitating: bool
-               ) -> dict[str, float]:
+    def _learn(self, rollout: Rollout, advantages: Advantages, imitating: bool) -> dict[str, float]:
         """The learning half of an update: imitation of the rollout's (heuristic's) actions, or PPO. Both report
-        the same keys, NaN where they do not apply."""
+        the same keys; each leaves the other's statistics NaN."""
         if imitating:
-            returns = compute_gae(rollout, scaled_rewards, self.config.gamma, 1.0).returns  # Monte-Carlo: imitate
             return empty_ppo_stats(list(self.policy.parameter_groups())) | imitation_update(
-                self.policy, self.optimizer, rollout, returns, self.config, self.minibatch_generator)
-        if self.update_index == self.config.imitation_updates > 0:
+                self.policy, self.optimizer, rollout, advantages.returns, self.config, self.minibatch_generator,
+                self.guard)
+        if self.config.imitation_updates > 0 and self.update_index == self.config.imitation_updates:
             self.optimizer.state.clear()  # Adam's moments were those of the imitation loss
         batch = TrainBatch(rollout, advantages.advantages, advantages.returns)
         return dict.fromkeys(IMITATION_STATS, math.nan) | ppo_update(

@@ -15,6 +15,7 @@ from esper_agent.config import AgentConfig
 from esper_agent.distributions import evaluate_factored, sample_factored
 from esper_agent.heuristic import HeuristicActor
 from esper_agent.imitate import imitation_update
+from esper_agent.ppo import NonFiniteGuard
 from esper_agent.trainer import Trainer
 from esper_env.spaces import Head, Op
 
@@ -33,6 +34,15 @@ def test_a_given_action_is_scored_not_sampled() -> None:
     assert torch.equal(scored.used_mask, teacher.used_mask)  # the masks depend on the action, not the logits
     replay = evaluate_factored(other, scored.used_mask, scored.action, RELEVANCE)
     torch.testing.assert_close(scored.log_prob, replay.log_prob)
+
+
+def test_a_given_value_outside_its_head_is_refused_before_it_indexes_anything() -> None:
+    g = torch.Generator().manual_seed(1)
+    masks = random_masks(4, g)
+    given = torch.zeros(4, len(SIZES), dtype=torch.long)
+    given[1, Head.BLUEPRINT] = SIZES[Head.BLUEPRINT]
+    with pytest.raises(ValueError, match=r"one value per head in \[0, size\)"):
+        sample_factored([torch.zeros(4, n) for n in SIZES], masks, RELEVANCE, g, given=given)
 
 
 def test_a_given_action_the_masks_rule_out_is_refused() -> None:
@@ -88,7 +98,7 @@ def test_imitation_makes_the_teachers_actions_likelier() -> None:
 
     before = mean_log_prob()
     stats = imitation_update(t.policy, t.optimizer, rollout, torch.zeros_like(rollout.values), t.config,
-                             torch.Generator().manual_seed(0))
+                             torch.Generator().manual_seed(0), NonFiniteGuard(3))
     assert mean_log_prob() > before + 0.1
     assert math.isfinite(stats["imitation/nll"]) and 0 < stats["imitation/action_prob"] <= 1
 
@@ -101,13 +111,31 @@ def test_the_trainer_imitates_first_then_runs_ppo() -> None:
     assert math.isnan(rows[2]["imitation/nll"]) and math.isfinite(rows[2]["ppo/kl"])
     assert [set(r) for r in rows[1:]] == [set(rows[0])] * 2  # one key set: metrics.csv keeps one header
     assert t.env_steps == 3 * 2 * 6  # demonstrations count as env steps like any rollout
+    assert math.isnan(rows[0]["ppo/steps_applied"]) and rows[0]["ppo/nonfinite_steps"] == 0.0
+    assert not any(a.startswith("entropy_collapse") for r in rows[:2] for a in r["anomalies"])  # the aim there
 
 
-def test_imitation_is_refused_where_it_cannot_run() -> None:
+def test_imitation_settings_out_of_range_are_refused() -> None:
     with pytest.raises(ValueError, match="imitation_updates=-1 is out of range; expected an integer >= 0"):
         AgentConfig(imitation_updates=-1)
     with pytest.raises(ValueError, match="imitation_epochs=0 is out of range"):
         AgentConfig(imitation_epochs=0)
+
+
+def test_the_trainer_refuses_imitation_where_the_teacher_cannot_run() -> None:
+    import toy_env
+
+    from esper_agent.distributed import SingleProcess
+
+    class TwoRanks(SingleProcess):
+        world_size = 2
+
+    envs = gym.make_vec("Esper-Synthetic-v0", num_envs=2, **SMALL)
+    with pytest.raises(ValueError, match="imitation_updates=1 is for one process; this run has 2 ranks"):
+        Trainer(envs, AgentConfig(rollout_steps=6, hidden_size=16, imitation_updates=1), ranks=TwoRanks())
+    toy = gym.make_vec(toy_env.ENV_ID, num_envs=2)
+    with pytest.raises(ValueError, match="needs Esper's observations"):
+        Trainer(toy, AgentConfig(hidden_size=16, imitation_updates=1))
 
 
 def test_ppo_starts_from_fresh_adam_moments(monkeypatch: pytest.MonkeyPatch) -> None:
