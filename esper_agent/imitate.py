@@ -37,8 +37,8 @@ from torch import Tensor, nn
 
 from esper_agent.buffer import Rollout
 from esper_agent.config import AgentConfig
-from esper_agent.policy import LSTMState, RecurrentPolicy
-from esper_agent.ppo import NonFiniteGuard
+from esper_agent.policy import RecurrentPolicy
+from esper_agent.ppo import NonFiniteGuard, head_entropy_sums, masked_mean, replay_rows
 from esper_env.spaces import HEAD_NAMES
 
 IMITATION_STATS = ("imitation/nll", "imitation/action_prob", "imitation/value_loss")
@@ -49,25 +49,15 @@ def _minibatch_loss(policy: RecurrentPolicy, rollout: Rollout, returns: Tensor, 
                     ) -> tuple[Tensor, Tensor]:
     """The loss on env rows ``rows`` (CPU index) and its statistics: nll, action prob, value loss, then each
     head's entropy sum and count (over the steps where the head mattered and had a choice)."""
-    index = rows.to(returns.device)
-    valid = rollout.valid[index]
-    state = LSTMState(rollout.initial_state.h[index], rollout.initial_state.c[index])
-    ev = policy.sequence(rollout.obs[index], rollout.episode_start[index], state, rollout.actions[index],
-                         rollout.used_masks[index], bool(rollout.resets_inside[rows.numpy()].any()))
-    count = valid.sum().clamp(min=1)
-
-    def mean(x: Tensor) -> Tensor:
-        return torch.where(valid, x, torch.zeros_like(x)).sum() / count
-
-    nll = mean(-ev.log_prob)
-    value_loss = 0.5 * mean((ev.value - returns[index]) ** 2)
-    counted = ev.available & valid.unsqueeze(-1)
-    head_sum = torch.where(counted, ev.entropy, torch.zeros_like(ev.entropy)).sum((0, 1))
-    head_count = counted.sum((0, 1)).float()
+    index, valid, ev = replay_rows(policy, rollout, rows)
+    nll = masked_mean(-ev.log_prob, valid)
+    value_loss = 0.5 * masked_mean((ev.value - returns[index]) ** 2, valid)
+    head_sum, head_count = head_entropy_sums(ev, valid)
     entropy = (head_sum / head_count.clamp(min=1)).sum()
     loss = nll - cfg.ent_coef * entropy + cfg.vf_coef * value_loss
     with torch.no_grad():
-        stats = torch.cat([torch.stack([nll, mean(ev.log_prob.exp()), value_loss]), head_sum, head_count])
+        stats = torch.cat([torch.stack([nll, masked_mean(ev.log_prob.exp(), valid), value_loss]), head_sum,
+                           head_count])
     return loss, stats.detach()
 
 

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from esper_agent.buffer import Rollout
 from esper_agent.config import AgentConfig
 from esper_agent.distributed import SINGLE, SingleProcess
-from esper_agent.policy import LSTMState, RecurrentPolicy
+from esper_agent.policy import LSTMState, RecurrentPolicy, SequenceEvaluation
 from esper_env.spaces import HEAD_NAMES
 
 SCALAR_STATS = ("loss/policy", "loss/value", "loss/entropy", "loss/total", "ppo/kl", "ppo/clip_fraction",
@@ -71,6 +71,24 @@ def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     return torch.where(mask, x, torch.zeros_like(x)).sum() / mask.sum().clamp(min=1)
 
 
+def replay_rows(policy: RecurrentPolicy, rollout: Rollout, rows: Tensor) -> tuple[Tensor, Tensor, SequenceEvaluation]:
+    """Replay the env rows ``rows`` (a CPU index tensor) of a rollout with gradients, from their stored initial
+    LSTM state: the rows' index on the rollout's device, their valid-step mask and the evaluation."""
+    resets_inside = bool(rollout.resets_inside[rows.numpy()].any())  # host flags: no device sync
+    index = rows.to(rollout.valid.device)
+    state = LSTMState(rollout.initial_state.h[index], rollout.initial_state.c[index])
+    ev = policy.sequence(rollout.obs[index], rollout.episode_start[index], state, rollout.actions[index],
+                         rollout.used_masks[index], resets_inside)
+    return index, rollout.valid[index], ev
+
+
+def head_entropy_sums(ev: SequenceEvaluation, valid: Tensor) -> tuple[Tensor, Tensor]:
+    """Per head, the sum of normalised entropy and the count of the valid steps where the head mattered and had a
+    choice: the availability-conditioned entropy is their ratio (DESIGN §3)."""
+    counted = ev.available & valid.unsqueeze(-1)  # (B, T, heads)
+    return torch.where(counted, ev.entropy, torch.zeros_like(ev.entropy)).sum((0, 1)), counted.sum((0, 1)).float()
+
+
 def minibatch_terms(policy: RecurrentPolicy, batch: TrainBatch, rows: Tensor, cfg: AgentConfig,
                     ranks: SingleProcess = SINGLE) -> MinibatchTerms:
     """Losses and statistics for the env rows ``rows`` (a CPU index tensor) of the batch.
@@ -79,21 +97,16 @@ def minibatch_terms(policy: RecurrentPolicy, batch: TrainBatch, rows: Tensor, cf
     the ranks' losses add up to the loss of one process over the union of their minibatches.
     """
     r = batch.rollout
-    resets_inside = bool(r.resets_inside[rows.numpy()].any())  # host flags: no device sync
-    index = rows.to(batch.advantages.device)
-    valid = r.valid[index]
+    index, valid, ev = replay_rows(policy, r, rows)
     adv = batch.advantages[index]
     zero = torch.zeros_like(adv)
     count, adv_sum = ranks.sum(torch.stack([valid.sum().float(), torch.where(valid, adv, zero).sum()]))
     count = count.clamp(min=1)
     adv_mean = adv_sum / count
 
-    state = LSTMState(r.initial_state.h[index], r.initial_state.c[index])
-    ev = policy.sequence(r.obs[index], r.episode_start[index], state, r.actions[index], r.used_masks[index],
-                         resets_inside)
-    counted = ev.available & valid.unsqueeze(-1)  # (B, T, heads)
+    head_sum, local_head_count = head_entropy_sums(ev, valid)
     squares = torch.where(valid, (adv - adv_mean) ** 2, zero).sum()
-    global_counts = ranks.sum(torch.cat([squares.view(1), counted.sum((0, 1)).float()]))
+    global_counts = ranks.sum(torch.cat([squares.view(1), local_head_count]))
     adv = (adv - adv_mean) / ((global_counts[0] / count).sqrt() + 1e-8)
 
     def mean(x: Tensor) -> Tensor:
@@ -103,7 +116,6 @@ def minibatch_terms(policy: RecurrentPolicy, batch: TrainBatch, rows: Tensor, cf
     ratio = log_ratio.exp()
     pg_loss = mean(torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)))
     v_loss = 0.5 * mean((ev.value - batch.returns[index]) ** 2)
-    head_sum = torch.where(counted, ev.entropy, torch.zeros_like(ev.entropy)).sum((0, 1))
     head_count = global_counts[1:]
     entropy = (head_sum / head_count.clamp(min=1)).sum()
     loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
@@ -221,5 +233,5 @@ def summarize(records: list[Tensor], group_names: list[str], applied: int, skipp
     return out
 
 
-__all__ = ["ppo_update", "empty_ppo_stats", "minibatch_terms", "reduce_step", "TrainBatch", "NonFiniteGuard",
-           "masked_mean", "SCALAR_STATS", "ADDITIVE_STATS"]
+__all__ = ["ppo_update", "empty_ppo_stats", "minibatch_terms", "replay_rows", "head_entropy_sums", "reduce_step",
+           "TrainBatch", "NonFiniteGuard", "masked_mean", "SCALAR_STATS", "ADDITIVE_STATS"]

@@ -53,6 +53,19 @@ def check_gamma_contract(envs: gym.vector.VectorEnv, gamma: float) -> None:
                          "env use pbrs_gamma equal to the agent's gamma (or pbrs_weight=0)")
 
 
+def check_imitation_possible(imitation_updates: int, driver: VectorEnvDriver, ranks: SingleProcess) -> None:
+    """Refuse imitation where its teacher cannot run: under torchrun, or on observations that are not Esper's
+    (the heuristic reads Esper's observation layout)."""
+    if ranks.world_size > 1:
+        raise ValueError(f"imitation_updates={imitation_updates} is for one process; this run has "
+                         f"{ranks.world_size} ranks (set imitation_updates=0 or run without torchrun)")
+    esper_obs_dim = sum(f.size for f in observation_layout(driver.num_slots))
+    if driver.obs_dim != esper_obs_dim:
+        raise ValueError(f"imitation_updates={imitation_updates} needs Esper's observations (the heuristic teacher "
+                         f"reads their layout: {esper_obs_dim} values for {driver.num_slots} slots); this env's have "
+                         f"{driver.obs_dim}")
+
+
 def _episode_length(envs: gym.vector.VectorEnv) -> int | None:
     env = envs.unwrapped
     for source in (env, getattr(env, "config", None)):
@@ -93,14 +106,8 @@ class Trainer:
         if length is not None and config.rollout_steps < length:
             warnings.warn(f"rollout_steps={config.rollout_steps} < the env's episode length {length}: every rollout "
                           "restarts the envs, so the agent never sees the end of an episode", stacklevel=2)
-        if config.imitation_updates and ranks.world_size > 1:
-            raise ValueError(f"imitation_updates={config.imitation_updates} is for one process; this run has "
-                             f"{ranks.world_size} ranks (set imitation_updates=0 or run without torchrun)")
-        esper_obs_dim = sum(f.size for f in observation_layout(self.driver.num_slots))
-        if config.imitation_updates and self.driver.obs_dim != esper_obs_dim:
-            raise ValueError(f"imitation_updates={config.imitation_updates} needs Esper's observations (the heuristic "
-                             f"teacher reads their layout: {esper_obs_dim} values for {self.driver.num_slots} slots); "
-                             f"this env's have {self.driver.obs_dim}")
+        if config.imitation_updates:
+            check_imitation_possible(config.imitation_updates, self.driver, ranks)
         self.envs, self.config, self.seed, self.total_updates = envs, config, seed, total_updates
         self.device, self.ranks = torch.device(device), ranks
         with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's global RNG
@@ -236,4 +243,4 @@ class Trainer:
             self.sample_generator.manual_seed(sample_seed(self.seed, self.ranks.rank) + self.update_index)
 
 
-__all__ = ["Trainer", "check_gamma_contract", "value_statistics"]
+__all__ = ["Trainer", "check_gamma_contract", "check_imitation_possible", "value_statistics"]
