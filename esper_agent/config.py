@@ -51,6 +51,10 @@ class AgentConfig:
     """Clip range of the joint probability ratio (unitless)."""
     ent_coef: float = 0.01
     """Weight of the entropy bonus (per unit of normalised entropy, summed over the five heads)."""
+    entropy_all_steps: bool = False
+    """Average each head's normalised entropy in the bonus over all steps (0 where the head does not matter),
+    so a head's bonus is in proportion to how often it acts, like its policy-gradient term; off (DESIGN §3), over
+    only the steps where the head matters, so a head used on one step in twelve gets as much bonus as the op head."""
     vf_coef: float = 0.5
     """Weight of the value loss, 0.5 * MSE on normalised returns (unitless)."""
     learning_rate: float = 3e-4

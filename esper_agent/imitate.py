@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from esper_agent.buffer import Rollout
 from esper_agent.config import AgentConfig
 from esper_agent.policy import RecurrentPolicy
-from esper_agent.ppo import NonFiniteGuard, head_entropy_sums, masked_mean, replay_rows
+from esper_agent.ppo import NonFiniteGuard, entropy_bonus, head_entropy_sums, masked_mean, replay_rows
 from esper_env.spaces import HEAD_NAMES
 
 IMITATION_STATS = ("imitation/nll", "imitation/action_prob", "imitation/value_loss")
@@ -53,7 +53,7 @@ def _minibatch_loss(policy: RecurrentPolicy, rollout: Rollout, returns: Tensor, 
     nll = masked_mean(-ev.log_prob, valid)
     value_loss = 0.5 * masked_mean((ev.value - returns[index]) ** 2, valid)
     head_sum, head_count = head_entropy_sums(ev, valid)
-    entropy = (head_sum / head_count.clamp(min=1)).sum()
+    entropy = entropy_bonus(head_sum, head_count, valid.sum().float(), cfg)
     loss = nll - cfg.ent_coef * entropy + cfg.vf_coef * value_loss
     with torch.no_grad():
         stats = torch.cat([torch.stack([nll, masked_mean(ev.log_prob.exp(), valid), value_loss]), head_sum,

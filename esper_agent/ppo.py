@@ -9,7 +9,8 @@ states are recomputed with the current weights, never stale). Per minibatch:
 - value loss 0.5 * MSE against the returns in normalised-reward units (no value clipping: the values are
   recomputed from scratch, so there is no stale prediction to clip against);
 - entropy = sum over heads of the mean normalised entropy over the steps where that head was relevant and
-  had >= 2 valid values (the availability-conditioned mean: a head that rarely matters is not diluted);
+  had >= 2 valid values (the availability-conditioned mean: a head that rarely matters is not diluted), or,
+  with ``entropy_all_steps``, over every valid step (:func:`entropy_bonus` says why);
 - KL = mean((r - 1) - log r) on the joint ratio (Schulman's k3 estimator).
 
 The host looks at each minibatch step once (loss, KL, pre-clip gradient norm in one transfer): a non-finite
@@ -89,6 +90,22 @@ def head_entropy_sums(ev: SequenceEvaluation, valid: Tensor) -> tuple[Tensor, Te
     return torch.where(counted, ev.entropy, torch.zeros_like(ev.entropy)).sum((0, 1)), counted.sum((0, 1)).float()
 
 
+def entropy_bonus(head_sum: Tensor, head_count: Tensor, step_count: Tensor, cfg: AgentConfig) -> Tensor:
+    """The entropy term of the loss, from each head's entropy sum and count (:func:`head_entropy_sums`) and the
+    number of valid steps.
+
+    By default each head's sum is divided by its own count (DESIGN §3), so a head gets the same weight however
+    rarely it matters. Its policy-gradient term, though, is a mean over all steps: on the head-to-head's host the
+    blueprint head matters on ~8% of steps, so its bonus was ~12x stronger relative to its learning signal than
+    the op head's, and it pulled the head back to near uniform after imitation (README, "Latest"). With
+    ``cfg.entropy_all_steps`` every head's sum is divided by the number of valid steps instead (a head counts 0
+    where it does not matter): each head's bonus is in proportion to how often it acts, as in PPO on one
+    joint categorical.
+    """
+    denominator = step_count if cfg.entropy_all_steps else head_count
+    return (head_sum / denominator.clamp(min=1)).sum()
+
+
 def minibatch_terms(policy: RecurrentPolicy, batch: TrainBatch, rows: Tensor, cfg: AgentConfig,
                     ranks: SingleProcess = SINGLE) -> MinibatchTerms:
     """Losses and statistics for the env rows ``rows`` (a CPU index tensor) of the batch.
@@ -117,7 +134,7 @@ def minibatch_terms(policy: RecurrentPolicy, batch: TrainBatch, rows: Tensor, cf
     pg_loss = mean(torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)))
     v_loss = 0.5 * mean((ev.value - batch.returns[index]) ** 2)
     head_count = global_counts[1:]
-    entropy = (head_sum / head_count.clamp(min=1)).sum()
+    entropy = entropy_bonus(head_sum, head_count, count, cfg)
     loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
 
     with torch.no_grad():
@@ -233,5 +250,5 @@ def summarize(records: list[Tensor], group_names: list[str], applied: int, skipp
     return out
 
 
-__all__ = ["ppo_update", "empty_ppo_stats", "minibatch_terms", "replay_rows", "head_entropy_sums", "reduce_step",
-           "TrainBatch", "NonFiniteGuard", "masked_mean", "SCALAR_STATS", "ADDITIVE_STATS"]
+__all__ = ["ppo_update", "empty_ppo_stats", "minibatch_terms", "replay_rows", "head_entropy_sums", "entropy_bonus",
+           "reduce_step", "TrainBatch", "NonFiniteGuard", "masked_mean", "SCALAR_STATS", "ADDITIVE_STATS"]

@@ -134,3 +134,20 @@ def test_loss_is_finite_on_adversarial_inputs() -> None:
     terms.loss.backward()
     assert torch.isfinite(terms.loss) and torch.isfinite(terms.stats).all()
     assert all(torch.isfinite(p.grad).all() for p in trainer.policy.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("all_steps", [False, True])
+def test_entropy_term_averages_each_head_over_its_steps_or_all_steps(all_steps: bool) -> None:
+    """The bonus in the loss is, per head, the entropy sum over the steps where the head mattered divided by
+    that head's count (DESIGN §3) or, with entropy_all_steps, by the number of valid steps."""
+    trainer = toy_env.make_toy_trainer()
+    batch = collected_batch(trainer)
+    index = torch.arange(batch.rollout.valid.shape[0])
+    cfg = AgentConfig(**(trainer.config.to_dict() | {"entropy_all_steps": all_steps}))
+    terms = minibatch_terms(trainer.policy, batch, index, cfg)
+    heads = len(HEAD_NAMES)
+    head_sum, head_count = terms.stats[-2 * heads:-heads], terms.stats[-heads:]
+    steps = batch.rollout.valid.sum()
+    assert (head_count < steps).any()  # some head is not available on every step, so the two differ
+    expected = (head_sum / (steps if all_steps else head_count.clamp(min=1))).sum()
+    assert terms.stats[2].item() == pytest.approx(expected.item(), rel=1e-6)  # "loss/entropy"
