@@ -13,6 +13,8 @@
 # esper_agent[-LABEL] (no label by default). Slices are resumable: rerunning skips the (arm, seed) pairs done.
 # GPU_OFFSET: the GPU the first process goes to, so that a second spread beside a running one starts on the GPUs
 # the first one loads least.
+# GPUS: the GPU of each process in turn, in the order (arm, seed) are dealt, e.g. GPUS="0 0 1 1 2" for five seeds
+# (repeated from its start if shorter): for loads that round-robin spreads badly; overrides GPU_OFFSET.
 # TIME_LIMIT: seconds of training after which each learning slice saves its state in $R and stops (compare_agents
 # --time-limit-s), so that a budget longer than one session's device time goes on in the next session: commit $R
 # with its saved states, copy it back to the same $R on the GPU machine, and run the same command again.
@@ -32,9 +34,10 @@ compare() {  # compare <arms> <seeds> [extra args...]: one compare_agents proces
 }
 
 deal() {  # deal <arms...>: every (arm, seed) its own process, round-robin over the visible GPUs; wait for all
-  local gpus k=${GPU_OFFSET:-0} arm seed seeds_of_job
+  local gpus k=${GPU_OFFSET:-0} arm seed seeds_of_job order gpu
   gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
   (( gpus > 0 )) || gpus=1
+  read -ra order <<< "${GPUS:-}"
   mkdir -p "$R/logs"
   for arm in "$@"; do
     read -ra seeds_of_job <<< "${SEEDS:-0 1 2 3 4}"
@@ -44,7 +47,9 @@ deal() {  # deal <arms...>: every (arm, seed) its own process, round-robin over 
       folder=$arm${LABEL:+-$LABEL}
     fi
     for seed in "${seeds_of_job[@]}"; do
-      CUDA_VISIBLE_DEVICES=$((k % gpus)) OMP_NUM_THREADS=${THREADS:-2} \
+      gpu=$((k % gpus))
+      (( ${#order[@]} == 0 )) || gpu=${order[$(( (k - ${GPU_OFFSET:-0}) % ${#order[@]} ))]}
+      CUDA_VISIBLE_DEVICES=$gpu OMP_NUM_THREADS=${THREADS:-2} \
         compare "$arm" "$seed" "${extra[@]}" > "$R/logs/$folder-$seed.log" 2>&1 &
       k=$((k + 1))
     done
