@@ -16,9 +16,9 @@ seed of the arm is credited with, which makes both kinds of slice valid. Existin
 campaign larger than one session's device time is split over sessions; ``benchmarks/compare_report.py`` rebuilds
 the table and learning curves from every committed slice.
 
-A learning arm's training can itself span sessions: with ``--time-limit-s``, a slice that has trained that long
-saves its training state beside its folder's slices (``seed<k>.ckpt`` for esper_agent, ``seed<k>.sb3.zip`` and
-``seed<k>.curve.json`` for MaskablePPO) at the next update boundary and stops without a slice; the next run of
+A learning arm's training can itself span sessions: with ``--time-limit-s``, a slice that has trained that long in
+this run saves its training state beside its folder's slices (``seed<k>.ckpt`` for esper_agent, ``seed<k>.sb3.zip``
+and ``seed<k>.curve.json`` for MaskablePPO) at the next update boundary and stops without a slice; the next run of
 the same command continues it, and the slice, once written, replaces the saved state. esper_agent continues
 exactly where it stopped (its envs reset from (seed, update) at every rollout: :mod:`esper_agent.trainer`);
 MaskablePPO continues its network and optimizer on fresh envs, with its env and action-sampling streams reseeded

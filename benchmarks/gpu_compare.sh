@@ -15,8 +15,8 @@
 # the first one loads least.
 # GPUS: the GPU of each process in turn, in the order (arm, seed) are dealt, e.g. GPUS="0 0 1 1 2" for five seeds
 # (repeated from its start if shorter): for loads that round-robin spreads badly; overrides GPU_OFFSET.
-# TIME_LIMIT: seconds of training after which each learning slice saves its state in $R and stops (compare_agents
-# --time-limit-s), so that a budget longer than one session's device time goes on in the next session: commit $R
+# TIME_LIMIT: seconds of training in this run (a continued slice gets as many again) after which each learning
+# slice saves its state in $R and stops (compare_agents --time-limit-s), so that a budget longer than one session's device time goes on in the next session: commit $R
 # with its saved states, copy it back to the same $R on the GPU machine, and run the same command again.
 set -uo pipefail
 : "${ESPER_DATA_DIR:?set ESPER_DATA_DIR to the folder with the CIFAR-10 shards}"
