@@ -36,6 +36,9 @@ class AgentConfig:
     """Env steps per sub-env per update (steps); equal to the episode length, a rollout holds whole episodes."""
     hidden_size: int = 128
     """Width of the encoder, the LSTM state and the head MLPs (units, even, >= 8; 128-256 recommended)."""
+    slot_conditioned_heads: bool = False
+    """Give the blueprint, blend and tempo heads one row of logits per slot and use the chosen slot's row, so
+    what to plant can depend on where; off, they give one row for every slot (only the masks depend on it)."""
     wait_prior: float = 0.0
     """Initial bias added to WAIT's logit in the op head (nats, >= 0); 0 = uniform over the valid ops."""
     prune_prior: float = 0.0

@@ -101,6 +101,16 @@ def _one_hot_placeholder(batch: int, size: int, device: torch.device) -> Tensor:
     return mask
 
 
+def slot_row(logits: Tensor, slot: Tensor) -> Tensor:
+    """A head's logits for the chosen slot. A slot-conditioned head (``AgentConfig.slot_conditioned_heads``) gives
+    ``logits`` (..., num_slots, size), one row per slot, and ``slot`` (...) picks the row; an unconditioned
+    head's logits (..., size) pass through unchanged."""
+    if logits.dim() == slot.dim() + 1:
+        return logits
+    index = slot.long()[..., None, None].expand(*slot.shape, 1, logits.shape[-1])
+    return logits.gather(-2, index).squeeze(-2)
+
+
 def sample_factored(
     logits: Sequence[Tensor],
     masks: ActionMasks,
@@ -111,7 +121,8 @@ def sample_factored(
 ) -> FactoredSample:
     """Sample op first, then the other heads under the masks the op implies.
 
-    ``logits[h]`` is (B, size_h) and ``relevance`` (num_ops, num_heads) bool. With ``given`` (B, num_heads), a
+    ``logits[h]`` is (B, size_h), or (B, num_slots, size_h) for a head after the slot head that has one row per
+    slot (:func:`slot_row`), and ``relevance`` (num_ops, num_heads) bool. With ``given`` (B, num_heads), a
     teacher's actions, nothing is sampled: each head takes the given value (the placeholder where the given op
     ignores the head), under the masks the given op and slot imply, and the result scores it (used masks and
     joint log-prob), for imitation; a given value a mask rules out raises. The masks are assumed validated
@@ -143,7 +154,8 @@ def sample_factored(
             # Likewise the blend, for the slot and blueprint sampled: a gate adds parameters a budget may not hold.
             wanted = wanted & masks.blend[rows, actions[Head.SLOT], actions[Head.BLUEPRINT]]
         mask = torch.where(relevant[:, head : head + 1], wanted, _one_hot_placeholder(batch, sizes[head], device))
-        dist = MaskedCategorical(logits[head], mask, validate=False)
+        head_logits = logits[head] if head <= Head.SLOT else slot_row(logits[head], actions[Head.SLOT])
+        dist = MaskedCategorical(head_logits, mask, validate=False)
         value = _choose(dist, deterministic, generator, given, head)
         value = torch.where(relevant[:, head], value, torch.full_like(value, PLACEHOLDER))
         log_prob = log_prob + torch.where(relevant[:, head], dist.log_prob(value), torch.zeros_like(log_prob))
@@ -185,7 +197,8 @@ def evaluate_factored(
 ) -> FactoredEvaluation:
     """Joint log-prob, per-head normalised entropy and availability of stored actions under stored masks.
 
-    Shapes: ``logits[h]`` (..., size_h), ``used_mask`` (..., sum sizes), ``action`` (..., num_heads).
+    Shapes: ``logits[h]`` (..., size_h) or, slot-conditioned, (..., num_slots, size_h); ``used_mask``
+    (..., sum sizes); ``action`` (..., num_heads).
     """
     sizes = [lg.shape[-1] for lg in logits]
     masks = torch.split(used_mask, sizes, dim=-1)
@@ -193,6 +206,8 @@ def evaluate_factored(
     log_prob = torch.zeros(action.shape[:-1], device=action.device)
     entropies, available = [], []
     for head, (head_logits, mask) in enumerate(zip(logits, masks, strict=True)):
+        if head > Head.SLOT:
+            head_logits = slot_row(head_logits, action[..., Head.SLOT])
         dist = MaskedCategorical(head_logits, mask, validate=False)
         rel = relevant[..., head]
         log_prob = log_prob + torch.where(rel, dist.log_prob(action[..., head]), torch.zeros_like(log_prob))
@@ -211,4 +226,5 @@ __all__ = [
     "check_mask",
     "sample_factored",
     "evaluate_factored",
+    "slot_row",
 ]

@@ -5,6 +5,11 @@ Two entry points share one recurrent cell:
 - :meth:`RecurrentPolicy.sequence` replays whole stored sequences from their stored initial state for the PPO
   update, resetting the state wherever a stored step starts an episode, exactly as the rollout did.
 The critic is an op-independent V(s): a baseline that depended on the sampled action would bias advantages.
+
+With ``slot_conditioned`` the heads after the slot head (blueprint, blend, tempo) give one row of logits per
+slot and the chosen slot's row is used: an autoregressive step beyond DESIGN §3, where only their masks depend
+on the slot. Without it, every slot shares the blueprint logits of a state, so what is learned for one slot may
+move the choice for another (our reading of seed 2 of the latest CIFAR-10 head-to-head, README; not yet tested).
 """
 
 from __future__ import annotations
@@ -52,16 +57,18 @@ class RecurrentPolicy(nn.Module):
     """Factored recurrent actor-critic for ``MultiDiscrete(spaces.head_sizes(num_slots))`` actions."""
 
     def __init__(self, obs_dim: int, num_slots: int, hidden_size: int, wait_prior: float = 0.0,
-                 prune_prior: float = 0.0) -> None:
+                 prune_prior: float = 0.0, slot_conditioned: bool = False) -> None:
         super().__init__()
         if obs_dim < 1 or num_slots < 1:
             raise ValueError(f"obs_dim={obs_dim} and num_slots={num_slots} must both be >= 1")
         self.obs_dim, self.num_slots, self.hidden_size = obs_dim, num_slots, hidden_size
         self.head_sizes = spaces.head_sizes(num_slots)
+        self.slot_conditioned = slot_conditioned
         self.encoder = nn.Sequential(nn.Linear(obs_dim, hidden_size), nn.LayerNorm(hidden_size), nn.ReLU())
         self.lstm = nn.LSTM(hidden_size, hidden_size, num_layers=1)
         self.core_norm = nn.LayerNorm(hidden_size)
-        self.heads = nn.ModuleList(_mlp(hidden_size, size) for size in self.head_sizes)
+        self.heads = nn.ModuleList(_mlp(hidden_size, size * self._rows(head))
+                                   for head, size in enumerate(self.head_sizes))
         self.value_head = _mlp(hidden_size, 1)
         self.register_buffer("relevance", torch.as_tensor(spaces.relevance_matrix()), persistent=False)
         self._init_weights(wait_prior, prune_prior)
@@ -132,8 +139,19 @@ class RecurrentPolicy(nn.Module):
             outputs.append(out)
         return self.core_norm(torch.stack(outputs, 1)), state
 
+    def _rows(self, head: int) -> int:
+        """Rows of logits a head gives: one per slot for the heads after the slot head when slot-conditioned
+        (what to plant may then depend on where), else one."""
+        return self.num_slots if self.slot_conditioned and head > spaces.Head.SLOT else 1
+
     def head_logits(self, core: Tensor) -> list[Tensor]:
-        return [head(core) for head in self.heads]
+        """Each head's logits, (..., size), or (..., num_slots, size) for a slot-conditioned head (the chosen
+        slot's row is taken in ``sample_factored`` and ``evaluate_factored``)."""
+        out = []
+        for head, (module, size) in enumerate(zip(self.heads, self.head_sizes, strict=True)):
+            logits = module(core)
+            out.append(logits.unflatten(-1, (self.num_slots, size)) if self._rows(head) > 1 else logits)
+        return out
 
     def value(self, core: Tensor) -> Tensor:
         return self.value_head(core).squeeze(-1)

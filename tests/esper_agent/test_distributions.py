@@ -199,3 +199,28 @@ def test_the_blend_mask_applies_to_the_sampled_slot_and_blueprint() -> None:
         germinated += int(germinate.sum())
         restricted += int((~allowed.all(-1) & germinate).sum())
     assert germinated > 500 and restricted > 250
+
+
+def test_slot_conditioned_heads_use_the_row_of_the_sampled_slot() -> None:
+    """Heads after the slot head may give one row of logits per slot: GERMINATE then draws from the row of the
+    slot it drew (here each slot's row all but forces a different blueprint), and evaluating the stored action
+    picks the same row, giving back the sample's log-prob."""
+    g = torch.Generator().manual_seed(7)
+    batch = 256
+    masks = random_masks(batch, g)
+    logits = [torch.randn(batch, n, generator=g) for n in SIZES[:2]]
+    favoured = torch.tensor([1, 4, 2])  # the blueprint each slot's row favours
+    per_slot = [torch.randn(batch, NUM_SLOTS, n, generator=g) for n in SIZES[2:]]
+    per_slot[0][:, torch.arange(NUM_SLOTS), favoured] += 30.0
+    sample = sample_factored(logits + per_slot, masks, RELEVANCE, g)
+    germinate = sample.action[:, Head.OP] == Op.GERMINATE
+    assert germinate.sum() > 10
+    slot = sample.action[:, Head.SLOT]
+    assert torch.equal(sample.action[germinate, Head.BLUEPRINT], favoured[slot[germinate]])
+    evaluated = evaluate_factored(logits + per_slot, sample.used_mask, sample.action, RELEVANCE)
+    assert torch.allclose(evaluated.log_prob, sample.log_prob)
+    # Over time too, (B, T, num_slots, size): the evaluation indexes each step's own slot.
+    steps = [lg.unsqueeze(1).expand(-1, 2, *lg.shape[1:]) for lg in logits + per_slot]
+    over_time = evaluate_factored(steps, sample.used_mask.unsqueeze(1).expand(-1, 2, -1),
+                                  sample.action.unsqueeze(1).expand(-1, 2, -1), RELEVANCE)
+    assert torch.allclose(over_time.log_prob, sample.log_prob.unsqueeze(1).expand(-1, 2))

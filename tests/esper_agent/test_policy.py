@@ -16,9 +16,9 @@ from esper_env import spaces
 OBS_DIM, NUM_SLOTS, HIDDEN = 11, 3, 32
 
 
-def make_policy(seed: int = 0) -> RecurrentPolicy:
+def make_policy(seed: int = 0, slot_conditioned: bool = False) -> RecurrentPolicy:
     torch.manual_seed(seed)
-    return RecurrentPolicy(OBS_DIM, NUM_SLOTS, HIDDEN)
+    return RecurrentPolicy(OBS_DIM, NUM_SLOTS, HIDDEN, slot_conditioned=slot_conditioned)
 
 
 def all_valid(batch: int) -> ActionMasks:
@@ -76,10 +76,11 @@ def test_hidden_size_is_one_validated_field() -> None:
         storage.begin(make_policy().initial_state(2))
 
 
-def test_sequence_forward_equals_step_by_step() -> None:
+@pytest.mark.parametrize("slot_conditioned", [False, True])
+def test_sequence_forward_equals_step_by_step(slot_conditioned: bool) -> None:
     """Replaying stored sequences from the stored initial state, with episode starts inside, reproduces the
-    rollout's per-step values and log-probs."""
-    policy = make_policy(1)
+    rollout's per-step values and log-probs (with one row of logits per slot for the heads after the slot too)."""
+    policy = make_policy(1, slot_conditioned)
     batch, steps = 5, 9
     g = torch.Generator().manual_seed(0)
     obs = torch.randn(batch, steps, OBS_DIM, generator=g)
@@ -102,6 +103,15 @@ def test_sequence_forward_equals_step_by_step() -> None:
     assert torch.allclose(ev.value, torch.stack(values, 1), atol=1e-5)
     core, final = policy.core_sequence(obs, starts, state0)
     assert torch.allclose(final.h, state.h, atol=1e-6) and torch.allclose(final.c, state.c, atol=1e-6)
+
+
+def test_slot_conditioned_heads_give_one_row_per_slot() -> None:
+    conditioned, plain = make_policy(5, slot_conditioned=True), make_policy(5)
+    core = torch.randn(4, HIDDEN)
+    shapes = [tuple(lg.shape) for lg in conditioned.head_logits(core)]
+    sizes = spaces.head_sizes(NUM_SLOTS)
+    assert shapes == [(4, sizes[0]), (4, sizes[1])] + [(4, NUM_SLOTS, n) for n in sizes[2:]]
+    assert [tuple(lg.shape) for lg in plain.head_logits(core)] == [(4, n) for n in sizes]
 
 
 def test_one_call_replay_equals_the_stepwise_replay_without_inner_resets() -> None:

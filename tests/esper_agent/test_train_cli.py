@@ -17,6 +17,7 @@ from agent_fixtures import one_torch_thread  # noqa: F401  (autouse: one torch t
 from esper_agent import evaluate, train
 from esper_agent.checkpoint import load_checkpoint
 from esper_agent.config import AgentConfig
+from esper_env import spaces
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -132,3 +133,17 @@ def test_evaluate_writes_a_results_table(trained_run: Path, capsys: pytest.Captu
     # Deterministic: the same episodes again give the same table.
     assert evaluate.main(["--checkpoint", str(checkpoint), "--episodes", "6"]) == 0
     assert Path(f"{checkpoint}.eval.md").read_text() == table
+
+
+def test_slot_conditioned_heads_train_resume_and_evaluate(tmp_path: Path) -> None:
+    """--slot-conditioned-heads builds heads with one row per slot; the checkpoint's config rebuilds the same
+    network to resume and to evaluate."""
+    run_dir = tmp_path / "run"
+    assert train.main([*base_args(run_dir, updates=1), "--slot-conditioned-heads"]) == 0
+    payload = load_checkpoint(run_dir / "checkpoint.pt")
+    assert AgentConfig.from_dict(payload["config"]).slot_conditioned_heads
+    num_slots = payload["shape"]["num_slots"]
+    blueprints = spaces.head_sizes(num_slots)[spaces.Head.BLUEPRINT]
+    assert payload["policy"]["heads.2.2.weight"].shape[0] == num_slots * blueprints  # a row of logits per slot
+    assert train.main([*base_args(run_dir, updates=2), "--slot-conditioned-heads", "--resume", str(run_dir)]) == 0
+    assert evaluate.main(["--checkpoint", str(run_dir / "checkpoint.pt"), "--episodes", "2"]) == 0
