@@ -9,7 +9,8 @@ The critic is an op-independent V(s): a baseline that depended on the sampled ac
 With ``slot_conditioned`` the heads after the slot head (blueprint, blend, tempo) give one row of logits per
 slot and the chosen slot's row is used: an autoregressive step beyond DESIGN §3, where only their masks depend
 on the slot. Without it, every slot shares the blueprint logits of a state, so what is learned for one slot may
-move the choice for another (our reading of seed 2 of the latest CIFAR-10 head-to-head, README; not yet tested).
+move the choice for another (our reading of seed 2 of the latest CIFAR-10 head-to-head, README). On the CPU
+check there (Esper-Synthetic-v0, 2 seeds) it did not help; it is off by default.
 """
 
 from __future__ import annotations
