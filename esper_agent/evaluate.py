@@ -146,8 +146,7 @@ def env_max_epochs(envs: Any) -> int | None:
 def policy_from_checkpoint(payload: dict[str, Any], device: str | torch.device
                            ) -> tuple[RecurrentPolicy, ObservationNormalizer]:
     config, shape = AgentConfig.from_dict(payload["config"]), payload["shape"]
-    policy = RecurrentPolicy(shape["obs_dim"], shape["num_slots"], config.hidden_size,
-                             slot_conditioned=config.slot_conditioned_heads)
+    policy = RecurrentPolicy.from_config(shape["obs_dim"], shape["num_slots"], config)
     policy.load_state_dict(payload["policy"])
     obs_norm = ObservationNormalizer(shape["obs_dim"], config.obs_clip, config.normalize_obs)
     obs_norm.load_state_dict(payload["normalizers"]["obs"])

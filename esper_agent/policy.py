@@ -21,6 +21,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from esper_agent.config import AgentConfig
 from esper_agent.distributions import (
     ActionMasks,
     FactoredEvaluation,
@@ -73,6 +74,13 @@ class RecurrentPolicy(nn.Module):
         self.value_head = _mlp(hidden_size, 1)
         self.register_buffer("relevance", torch.as_tensor(spaces.relevance_matrix()), persistent=False)
         self._init_weights(wait_prior, prune_prior)
+
+    @classmethod
+    def from_config(cls, obs_dim: int, num_slots: int, config: AgentConfig) -> RecurrentPolicy:
+        """The network an :class:`AgentConfig` describes: the one place that reads the config's network fields,
+        so that training, resuming and evaluating a checkpoint build the same shapes."""
+        return cls(obs_dim, num_slots, config.hidden_size, config.wait_prior, config.prune_prior,
+                   config.slot_conditioned_heads)
 
     def _init_weights(self, wait_prior: float, prune_prior: float) -> None:
         # Orthogonal init (Huang et al. 2022, "37 implementation details of PPO"): sqrt(2) for hidden layers,

@@ -112,8 +112,7 @@ class Trainer:
         self.device, self.ranks = torch.device(device), ranks
         with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's global RNG
             torch.manual_seed(seed)
-            self.policy = RecurrentPolicy(self.driver.obs_dim, self.driver.num_slots, config.hidden_size,
-                                          config.wait_prior, config.prune_prior, config.slot_conditioned_heads)
+            self.policy = RecurrentPolicy.from_config(self.driver.obs_dim, self.driver.num_slots, config)
         self.policy.to(self.device)
         ranks.broadcast_module(self.policy)  # the same seed gave the same weights; this makes it a fact
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=config.learning_rate, eps=config.adam_eps)
