@@ -8,7 +8,9 @@ Each (arm, seed) is one resumable slice: it trains (learning arms) for ``--budge
 expensive unit: one sub-env step = one host epoch), then evaluates ``--eval-episodes`` episodes (one per sub-env of
 an evaluation env seeded apart from training, deterministic actions, test accuracy measured at the end) and writes
 ``<out>/<env>/<arm>/seed<k>.json`` (its episodes' timelines in ``seed<k>-records.json.gz``) plus one timeline PNG
-per evaluated episode. Seed ``k``'s evaluation episodes
+per evaluated episode. An esper_agent run with ``select_best_window`` in ``--agent-kwargs`` is evaluated with the
+policy its training kept (:mod:`esper_agent.selection`), and its last policy plays the same episodes too
+(``last_policy_episodes`` in the slice, the "(last policy)" row of the report). Seed ``k``'s evaluation episodes
 reset from ``EVAL_SEED_OFFSET + k * stride + i`` (``--eval-seed-stride``, default 1000): every arm plays the same
 episodes for one seed (paired), and different seeds play different episodes. Campaigns before 2026-11-27 used
 stride 1, so seed k+1 replayed all but one of seed k's episodes; ``compare_report`` counts only episodes no other
@@ -36,6 +38,7 @@ import gzip
 import json
 import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +86,19 @@ class Sb3Actor:
         return self.table[actions] if self.flatten else np.asarray(actions, dtype=np.int64)
 
 
+@dataclass
+class Trained:
+    """What a slice evaluates: the arm's actor, its training curve and seconds; for an esper_agent run with
+    ``select_best_window``, also the last policy trained (``last_actor``, evaluated on the same episodes, so the
+    slice shows what the choice changed) and which policy was kept (``selection``)."""
+
+    actor: Any
+    curve: list[dict] = field(default_factory=list)
+    train_seconds: float = 0.0
+    last_actor: Any = None
+    selection: dict[str, Any] | None = None
+
+
 class Paused(Exception):
     """A learning slice stopped at ``--time-limit-s`` with its training state saved; rerun to continue it."""
 
@@ -115,7 +131,7 @@ def check_saved_settings(saved: Path, settings: dict[str, Any], expected: dict[s
                          "continue it with the settings it was saved with, or delete it to start that slice over")
 
 
-def train_esper_agent(args: argparse.Namespace, seed: int, folder: Path) -> tuple[Any, list[dict], float]:
+def train_esper_agent(args: argparse.Namespace, seed: int, folder: Path) -> Trained:
     envs = gym.make_vec(args.env, num_envs=args.num_envs, **args.env_kwargs)
     config = _agent_config(args)
     updates = max(1, math.ceil(args.budget_epochs / (config.rollout_steps * args.num_envs)))  # host epochs/update
@@ -144,10 +160,16 @@ def train_esper_agent(args: argparse.Namespace, seed: int, folder: Path) -> tupl
             raise Paused(f"esper_agent seed {seed}: paused after update {update}/{updates}; state in {saved}")
     envs.close()
     saved.unlink(missing_ok=True)  # the slice about to be written replaces it
-    return PolicyActor(trainer.policy.eval(), trainer.obs_norm, deterministic=True, seed=seed), curve, clock.total_s()
+    last = PolicyActor(trainer.policy.eval(), trainer.obs_norm, deterministic=True, seed=seed)
+    if trainer.selection is None or trainer.selection.best is None:
+        return Trained(last, curve, clock.total_s())
+    kept = PolicyActor(*trainer.selected_policy(), deterministic=True, seed=seed)
+    selection = {"window": trainer.selection.window, "update": trainer.selection.update,
+                 "window_return_mean": trainer.selection.score}
+    return Trained(kept, curve, clock.total_s(), last_actor=last, selection=selection)
 
 
-def train_maskable(args: argparse.Namespace, seed: int, flatten: bool, folder: Path) -> tuple[Any, list[dict], float]:
+def train_maskable(args: argparse.Namespace, seed: int, flatten: bool, folder: Path) -> Trained:
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.vec_env import VecMonitor
@@ -205,7 +227,7 @@ def train_maskable(args: argparse.Namespace, seed: int, flatten: bool, folder: P
     env.close()
     saved.unlink(missing_ok=True)
     saved_curve.unlink(missing_ok=True)
-    return Sb3Actor(model, flatten, _env_config(args).num_slots), curve, clock.total_s()
+    return Trained(Sb3Actor(model, flatten, _env_config(args).num_slots), curve, clock.total_s())
 
 
 def _save_maskable(model: Any, saved: Path, saved_curve: Path, record: dict[str, Any]) -> None:
@@ -228,15 +250,15 @@ def _env_config(args: argparse.Namespace) -> EnvConfig:
     return EnvConfig.from_kwargs(**{**gym.spec(args.env).kwargs, **args.env_kwargs})
 
 
-def make_actor(arm: str, args: argparse.Namespace, seed: int, folder: Path) -> tuple[Any, list[dict], float]:
-    """The arm's actor for seed ``seed``, its training curve and its training seconds (0 for the fixed policies)."""
+def make_actor(arm: str, args: argparse.Namespace, seed: int, folder: Path) -> Trained:
+    """The arm's actor for seed ``seed``, trained if it learns (no curve and 0 seconds for the fixed policies)."""
     slots = _env_config(args).num_slots
     if arm == "static":
-        return StaticActor(), [], 0.0
+        return Trained(StaticActor())
     if arm == "random":
-        return RandomValidActor(head_sizes(slots), seed=seed), [], 0.0
+        return Trained(RandomValidActor(head_sizes(slots), seed=seed))
     if arm == "heuristic":
-        return HeuristicActor(slots), [], 0.0
+        return Trained(HeuristicActor(slots))
     if arm == "esper_agent":
         return train_esper_agent(args, seed, folder)
     return train_maskable(args, seed, arm == "maskable_flat", folder)
@@ -271,9 +293,12 @@ def evaluate(actor: Any, args: argparse.Namespace, seed: int) -> tuple[list[dict
 
 
 def run_slice(arm: str, seed: int, args: argparse.Namespace, folder: Path) -> dict:
-    actor, curve, train_seconds = make_actor(arm, args, seed, folder)
-    trained = time.perf_counter()
-    episodes, records = evaluate(actor, args, seed)
+    trained = make_actor(arm, args, seed, folder)
+    start = time.perf_counter()
+    episodes, records = evaluate(trained.actor, args, seed)
+    extra: dict[str, Any] = {}
+    if trained.last_actor is not None:
+        extra = {"selection": trained.selection, "last_policy_episodes": evaluate(trained.last_actor, args, seed)[0]}
     finished = time.perf_counter()
     for k, record in enumerate(records):
         write_episode_png(record, folder / f"seed{seed}-episode{k}.png", title=f"{arm}, seed {seed}, episode {k}")
@@ -285,9 +310,9 @@ def run_slice(arm: str, seed: int, args: argparse.Namespace, folder: Path) -> di
             "agent_kwargs": json.loads(args.agent_kwargs) if arm == "esper_agent" else {},
             "agent_config": _agent_config(args).to_dict() if arm == "esper_agent" else None,
             "device": device_name(resolve_device(str(args.env_kwargs.get("device", "auto")))),
-            "git_commit": commit, "git_dirty": dirty, "train_seconds": train_seconds,
-            "eval_seconds": finished - trained, "curve": curve, "episodes": episodes,
-            "episode_records": [json.loads(r.to_json()) for r in records]}
+            "git_commit": commit, "git_dirty": dirty, "train_seconds": trained.train_seconds,
+            "eval_seconds": finished - start, "curve": trained.curve, "episodes": episodes,
+            "episode_records": [json.loads(r.to_json()) for r in records]} | extra
 
 
 def records_path(slice_path: Path) -> Path:

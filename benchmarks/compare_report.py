@@ -14,9 +14,11 @@ removes that shared part of their luck; host training on a GPU is not bit-determ
 "Return" is the env's own return (the
 objective the learning arms maximise, in percentage points); "grown" is the most common set of seeds alive at
 the end of an evaluation episode, slot by slot, with its share of episodes. A second table gives every
-(arm, seed). Writes ``summary.json``, ``table.md``, ``curves.png`` and, for each learning arm whose slices
-recorded the PPO telemetry (esper_agent), ``telemetry-<arm>.png`` (op histogram, entropy per head, KL, explained
-variance per update) into the folder.
+(arm, seed). An esper_agent arm trained with ``select_best_window`` is scored with the policy its training kept
+(the per-seed table names the update whose rollout that policy collected), and gets a second row, "(last
+policy)", for its last policy on the same episodes. Writes ``summary.json``, ``table.md``, ``curves.png`` and,
+for each learning arm whose slices recorded the PPO telemetry (esper_agent), ``telemetry-<arm>.png`` (op
+histogram, entropy per head, KL, explained variance per update) into the folder.
 """
 
 from __future__ import annotations
@@ -52,6 +54,19 @@ def load_slices(folder: Path) -> dict[str, list[dict]]:
             slice_["episode_records"] = json.loads(gzip.decompress(records_path(path).read_bytes()))
         arms.setdefault(path.parent.name, []).append(slice_)
     return dict(sorted(arms.items(), key=lambda kv: (_rank(kv[0]), kv[0])))
+
+
+def with_last_policies(arms: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """``arms`` plus, after each arm whose slices also played their last policy (esper_agent with
+    ``select_best_window``: ``last_policy_episodes``), a row ``<arm> (last policy)`` scored on those episodes,
+    which are the same episodes as the kept policy's, so the two rows show what the choice changed."""
+    out: dict[str, list[dict]] = {}
+    for arm, slices in arms.items():
+        out[arm] = slices
+        if all("last_policy_episodes" in s for s in slices):
+            out[f"{arm} (last policy)"] = [{k: v for k, v in s.items() if k not in ("episode_records", "selection")}
+                                           | {"episodes": s["last_policy_episodes"]} for s in slices]
+    return out
 
 
 def _rank(folder: str) -> int:
@@ -173,7 +188,8 @@ def summarize(arms: dict[str, list[dict]]) -> list[dict]:
             "devices": sorted({s["device"] for s in slices}),
             "episodes_per_seed": min(len(s["episodes"]) for s in slices),
             "counted_per_seed": len(counted[arm][0]),  # the same for every seed of the arm
-            "per_seed": [{"seed": s["seed"], "test_accuracy": t, "seed_params": p, "grown": grown([s])}
+            "per_seed": [{"seed": s["seed"], "test_accuracy": t, "seed_params": p, "grown": grown([s]),
+                          "kept_update": (s.get("selection") or {}).get("update")}
                          for s, t, p in zip(slices, per_seed_test, per_seed_params, strict=True)],
         })
     return rows
@@ -209,9 +225,10 @@ def markdown(rows: list[dict], env: str) -> str:
                      f"{pct(r['invalid_rate'])} | {r['budget_host_epochs']} | "
                      f"{r['rollbacks']} | {r['seconds_per_seed']:.0f} |")
     lines += ["", "Per seed (mean over its counted evaluation episodes):", "",
-              "| arm | seed | test accuracy % | seed params | grown |", "|---|---:|---:|---:|---|"]
-    lines += [f"| {r['arm']} | {p['seed']} | {pct(p['test_accuracy'])} | {p['seed_params']:.0f} | {p['grown']} |"
-              for r in rows for p in r["per_seed"]]
+              "| arm | seed | test accuracy % | seed params | grown | kept policy (update) |",
+              "|---|---:|---:|---:|---|---:|"]
+    lines += [f"| {r['arm']} | {p['seed']} | {pct(p['test_accuracy'])} | {p['seed_params']:.0f} | {p['grown']} | "
+              f"{'' if p['kept_update'] is None else p['kept_update']} |" for r in rows for p in r["per_seed"]]
     return "\n".join(lines) + "\n"
 
 
@@ -292,7 +309,7 @@ def main(argv: list[str] | None = None) -> None:
     arms = load_slices(args.folder)
     if not arms:
         raise SystemExit(f"no slices (<arm>/seed<k>.json) under {args.folder}")
-    rows = summarize(arms)
+    rows = summarize(with_last_policies(arms))
     env = args.folder.name
     (args.folder / "summary.json").write_text(json.dumps(rows, indent=1, default=float))
     (args.folder / "table.md").write_text(markdown(rows, env))

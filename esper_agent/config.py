@@ -103,6 +103,12 @@ class AgentConfig:
     max_nonfinite_steps: int = 3
     """Stop training after this many non-finite minibatch losses in a row (count)."""
 
+    # --- which policy training hands out (esper_agent.selection) ------------------------------------------
+    select_best_window: int = 0
+    """Also keep the policy that collected the best mean episode return over this many consecutive PPO rollouts
+    (updates, >= 0; 0 = off), and hand it out as the trained policy (checkpoints hold both): the returns are
+    the training episodes', so choosing costs no env steps and never sees test data."""
+
     # --- run --------------------------------------------------------------------------------------------
     checkpoint_interval: int = 10
     """Write a checkpoint every this many updates (updates); the last update is always saved."""
@@ -138,7 +144,7 @@ _POSITIVE = ("clip_coef", "learning_rate", "adam_eps", "max_grad_norm", "obs_cli
              "anomaly_ratio_max", "anomaly_kl_max")
 _NON_NEGATIVE = ("ent_coef", "vf_coef", "target_kl", "anomaly_ratio_min", "anomaly_value_std_ratio", "wait_prior",
                  "prune_prior")
-_NON_NEGATIVE_INT = ("imitation_updates",)
+_NON_NEGATIVE_INT = ("imitation_updates", "select_best_window")
 
 
 def _validate(cfg: AgentConfig) -> None:

@@ -2,9 +2,10 @@
 
 ``python -m esper_agent.evaluate --checkpoint runs/x/checkpoint.pt --episodes 10`` rebuilds the env the run
 trained on (id, kwargs and number of sub-envs are stored in the checkpoint; flags override them), plays N
-deterministic (argmax) episodes, prints a markdown table of per-episode return, final validation accuracy and
-seed parameters, and writes it (and a JSON copy) beside the checkpoint. On an Esper env it also writes, into
-``<checkpoint>.eval/``, ``episode-<k>.png`` per episode, ``contact-sheet.png``, ``episodes.json`` (the
+deterministic (argmax) episodes with the policy the run hands out (with ``select_best_window``, the one it
+kept; ``--last-policy`` for the last one), prints a markdown table of per-episode return, final validation
+accuracy and seed parameters, and writes it (and a JSON copy) beside the checkpoint. On an Esper env it also
+writes, into ``<checkpoint>.eval/``, ``episode-<k>.png`` per episode, ``contact-sheet.png``, ``episodes.json`` (the
 timelines, to redraw) and ``report.md`` (:mod:`esper_agent.report`: seeds by blueprint and slot, parameters
 added, op histogram).
 
@@ -36,6 +37,7 @@ from esper_agent.heuristic import HeuristicActor
 from esper_agent.normalize import ObservationNormalizer
 from esper_agent.policy import RecurrentPolicy
 from esper_agent.report import build_report, mean_ci95
+from esper_agent.selection import kept_policy
 from esper_env.render import EpisodeRecord as Timeline
 from esper_env.render import split_vector_info, write_contact_sheet, write_episode_png
 
@@ -143,14 +145,28 @@ def env_max_epochs(envs: Any) -> int | None:
     return value if isinstance(value, int) and value >= 1 else None
 
 
-def policy_from_checkpoint(payload: dict[str, Any], device: str | torch.device
+def policy_from_checkpoint(payload: dict[str, Any], device: str | torch.device, last: bool = False
                            ) -> tuple[RecurrentPolicy, ObservationNormalizer]:
+    """The policy a checkpoint hands out: the one ``select_best_window`` kept (:mod:`esper_agent.selection`) if
+    it kept one, else (or with ``last``) the last one trained."""
     config, shape = AgentConfig.from_dict(payload["config"]), payload["shape"]
     policy = RecurrentPolicy.from_config(shape["obs_dim"], shape["num_slots"], config)
     policy.load_state_dict(payload["policy"])
     obs_norm = ObservationNormalizer(shape["obs_dim"], config.obs_clip, config.normalize_obs)
     obs_norm.load_state_dict(payload["normalizers"]["obs"])
+    selection = payload.get("selection")
+    if not last and selection is not None and selection["best"] is not None:
+        return kept_policy(selection, policy, obs_norm, device)
     return policy.to(device).eval(), obs_norm
+
+
+def which_policy(payload: dict[str, Any], last: bool) -> str:
+    """Which of a checkpoint's policies :func:`policy_from_checkpoint` hands out, in words."""
+    selection = payload.get("selection")
+    if last or selection is None or selection["best"] is None:
+        return f"the last policy, after update {payload['counters']['update']}"
+    return (f"the policy that collected update {selection['update']}'s rollout, kept by select_best_window="
+            f"{selection['window']} (window mean return {selection['score']:.4g})")
 
 
 def results_table(records: Sequence[EpisodeRecord]) -> str:
@@ -192,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", help="torch device of the policy")
     p.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the argmax "
                    "(checkpoint policy)")
+    p.add_argument("--last-policy", action="store_true", help="play the last policy trained, not the one the "
+                   "run's select_best_window kept (checkpoint policy; no effect when it kept none)")
     p.add_argument("--output", default=None, help="results file (.md; a .json is written beside it); default: "
                    "<checkpoint>.eval.md, or <env>.<policy>.eval.md for a baseline")
     p.add_argument("--report-dir", default=None, help="folder for episode-<k>.png, contact-sheet.png, "
@@ -220,7 +238,7 @@ def make_actor(args: argparse.Namespace, payload: dict[str, Any] | None, driver:
         return HeuristicActor(driver.num_slots)
     if payload is None:
         raise ValueError(f"--policy {args.policy} needs a checkpoint payload; got None")
-    policy, obs_norm = policy_from_checkpoint(payload, args.device)
+    policy, obs_norm = policy_from_checkpoint(payload, args.device, last=args.last_policy)
     return PolicyActor(policy, obs_norm, deterministic=not args.stochastic, seed=args.seed)
 
 
@@ -290,7 +308,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"no timelines or report: the info of {env_id} lacks {recorder.missing}")
         return 0
     actions = "" if payload is None else f", {'sampled' if args.stochastic else 'argmax'} actions"
-    settings = [f"policy: {args.policy}" + ("" if payload is None else f" ({args.checkpoint})"),
+    played = "" if payload is None else f" ({args.checkpoint}, {which_policy(payload, args.last_policy)})"
+    settings = [f"policy: {args.policy}{played}",
                 f"env: {env_id}, {num_envs} sub-envs, kwargs {json.dumps(env_kwargs, sort_keys=True)}",
                 f"episodes: {len(records)}, reset seed {args.seed}{actions}"]
     report = write_report_dir(Path(args.report_dir or f"{base}.eval"), f"{label} on {env_id}", records,

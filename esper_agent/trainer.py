@@ -32,6 +32,7 @@ from esper_agent.imitate import IMITATION_STATS, imitation_update
 from esper_agent.normalize import ObservationNormalizer, RewardScaler
 from esper_agent.policy import RecurrentPolicy
 from esper_agent.ppo import NonFiniteGuard, TrainBatch, empty_ppo_stats, ppo_update
+from esper_agent.selection import BestPolicy, kept_policy, snapshot
 from esper_agent.telemetry import rollout_metrics
 from esper_env.spaces import observation_layout
 
@@ -126,6 +127,7 @@ class Trainer:
         self.sample_generator = torch.Generator(self.device).manual_seed(sample_seed(seed, ranks.rank))
         self.minibatch_generator = torch.Generator("cpu").manual_seed(seed + 1)
         self.guard = NonFiniteGuard(config.max_nonfinite_steps)
+        self.selection = BestPolicy(config.select_best_window) if config.select_best_window else None
         self.update_index, self.env_steps = 0, 0
 
     def learning_rate(self) -> float:
@@ -149,8 +151,15 @@ class Trainer:
         imitating = self.imitating()
         seed = rank_reset_seed(self.seed, self.update_index, self.ranks.rank, self.driver.num_envs)
         teacher = HeuristicActor(self.driver.num_slots) if imitating else None
+        collector = snapshot(self.policy, self.obs_norm) if self.selection and not imitating else None
         rollout, local_stats = self.collector.collect(seed, self.sample_generator, teacher)
         collected = time.perf_counter()
+        # Every rank's episodes and counts; the rollout took as long as its slowest rank.
+        parts = self.ranks.gather_objects((local_stats, collected - start))
+        stats, rollout_s = merge_rollout_stats([p[0] for p in parts]), max(p[1] for p in parts)
+        episode_stats = rollout_metrics(stats, rollout_s)
+        if collector is not None:
+            self.selection.observe(episode_stats["episode/return_mean"], self.update_index + 1, collector)
         # Imitation fits the critic to lambda-1 returns (see esper_agent.imitate); the value statistics below then
         # describe the target the critic is fitted to in either kind of update.
         lam = 1.0 if imitating else self.config.gae_lambda
@@ -160,17 +169,23 @@ class Trainer:
             group["lr"] = lr
         update_stats = self._learn(rollout, advantages, imitating)
         self.update_index += 1
-        # Every rank's episodes and counts; the rollout took as long as its slowest rank.
-        parts = self.ranks.gather_objects((local_stats, collected - start))
-        stats, rollout_s = merge_rollout_stats([p[0] for p in parts]), max(p[1] for p in parts)
         self.env_steps += stats.transitions
         metrics: dict[str, Any] = {"update": self.update_index, "env_steps": self.env_steps, "ppo/lr": lr,
                                    "imitation/active": float(imitating),
                                    "normalizer/reward_scale": self.reward_scaler.scale}
-        metrics |= update_stats | value_statistics(rollout, advantages, self.ranks) | rollout_metrics(stats, rollout_s)
+        metrics |= update_stats | value_statistics(rollout, advantages, self.ranks) | episode_stats
+        if self.selection is not None:
+            metrics |= self.selection.metrics()
         metrics["time/update_s"] = time.perf_counter() - collected
         metrics["anomalies"] = detect_anomalies(metrics, self.config)
         return metrics
+
+    def selected_policy(self) -> tuple[RecurrentPolicy, ObservationNormalizer]:
+        """The policy training hands out: with ``select_best_window``, copies of the one kept by
+        :mod:`esper_agent.selection` (the last one if no window has finished yet); else the trained one."""
+        if self.selection is None or self.selection.best is None:
+            return self.policy, self.obs_norm
+        return kept_policy(self.selection.state_dict(), self.policy, self.obs_norm, self.device)
 
     def _learn(self, rollout: Rollout, advantages: Advantages, imitating: bool) -> dict[str, float]:
         """The learning half of an update: imitation of the rollout's (heuristic's) actions, or PPO. Both report
@@ -204,6 +219,7 @@ class Trainer:
             "counters": {"update": self.update_index, "env_steps": self.env_steps, "seed": self.seed,
                          "total_updates": self.total_updates, "nonfinite_streak": self.guard.streak,
                          "world_size": self.ranks.world_size},
+            "selection": None if self.selection is None else self.selection.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -222,6 +238,8 @@ class Trainer:
         self.update_index, self.env_steps = int(counters["update"]), int(counters["env_steps"])
         self.seed, self.guard.streak = int(counters["seed"]), int(counters["nonfinite_streak"])
         self._load_sample_state(state["rng"], int(counters.get("world_size", 1)))
+        if self.selection is not None and state.get("selection") is not None:
+            self.selection.load_state_dict(state["selection"])
 
     def _load_sample_state(self, rng: dict[str, Any], saved_world_size: int) -> None:
         """Each rank continues its own action-sampling stream; with another number of ranks than the checkpoint's,

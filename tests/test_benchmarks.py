@@ -57,6 +57,27 @@ def test_the_agent_arm_records_its_telemetry_and_the_report_plots_it(tmp_path):
     assert table.index("| esper_agent-tiny |") < table.index("| static |")  # a labelled arm sits with its arm
 
 
+def test_an_agent_arm_with_selection_plays_the_kept_and_the_last_policy_on_the_same_episodes(tmp_path):
+    torch.set_num_threads(1)
+    compare_agents.main(["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--seeds", "0",
+                         "--eval-episodes", "2", "--num-envs", "2", "--out", str(tmp_path), "--arms", "esper_agent",
+                         "--budget-epochs", "18", "--agent-device", "cpu", "--agent-kwargs",
+                         json.dumps({"hidden_size": 16, "select_best_window": 2})])
+    folder = tmp_path / "Esper-Synthetic-v0"
+    slice_ = json.loads((folder / "esper_agent" / "seed0.json").read_text())
+    returns = [point["return"] for point in slice_["curve"]]  # 3 updates: windows end at updates 2 and 3
+    kept = 2 if (returns[0] + returns[1]) >= (returns[1] + returns[2]) else 3
+    assert slice_["selection"] == {"window": 2, "update": kept,
+                                   "window_return_mean": pytest.approx(sum(returns[kept - 2:kept]) / 2)}
+    last = slice_["last_policy_episodes"]
+    assert [e["env_seed"] for e in last] == [e["env_seed"] for e in slice_["episodes"]]
+    compare_report.main([str(folder)])
+    table = (folder / "table.md").read_text()
+    assert "| esper_agent | 1 |" in table and "| esper_agent (last policy) | 1 |" in table
+    assert table.splitlines()[-1].endswith(" |  |")  # the last policy's row names no kept update
+    assert f" | {kept} |" in next(line for line in table.splitlines() if line.startswith("| esper_agent | 0 |"))
+
+
 def test_a_paused_agent_slice_continues_exactly_where_it_stopped(tmp_path, capsys):
     torch.set_num_threads(1)
     common = ["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--seeds", "0", "--eval-episodes", "2",
