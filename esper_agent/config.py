@@ -58,6 +58,11 @@ class AgentConfig:
     """Average each head's normalised entropy in the bonus over all steps (0 where the head does not matter),
     so a head's bonus is in proportion to how often it acts, like its policy-gradient term; off (DESIGN §3), over
     only the steps where the head matters, so a head used on one step in twelve gets as much bonus as the op head."""
+    reference_kl_coef: float = 0.0
+    """Weight of KL(reference || policy) in the PPO loss (per nat, summed over heads, averaged over valid steps;
+    0 = off). The reference is the policy PPO started from, frozen: with imitation_updates, the imitated
+    heuristic. Like the KL to the supervised model in RLHF's PPO, or kickstarting's distillation term, it holds
+    PPO near what imitation taught wherever the returns give no consistent reason to move (esper_agent.ppo)."""
     vf_coef: float = 0.5
     """Weight of the value loss, 0.5 * MSE on normalised returns (unitless)."""
     learning_rate: float = 3e-4
@@ -142,8 +147,8 @@ _POSITIVE_INT = ("rollout_steps", "update_epochs", "num_minibatches", "max_nonfi
                  "imitation_epochs")
 _POSITIVE = ("clip_coef", "learning_rate", "adam_eps", "max_grad_norm", "obs_clip", "reward_clip",
              "anomaly_ratio_max", "anomaly_kl_max")
-_NON_NEGATIVE = ("ent_coef", "vf_coef", "target_kl", "anomaly_ratio_min", "anomaly_value_std_ratio", "wait_prior",
-                 "prune_prior")
+_NON_NEGATIVE = ("ent_coef", "reference_kl_coef", "vf_coef", "target_kl", "anomaly_ratio_min",
+                 "anomaly_value_std_ratio", "wait_prior", "prune_prior")
 _NON_NEGATIVE_INT = ("imitation_updates", "select_best_window")
 
 

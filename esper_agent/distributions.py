@@ -216,6 +216,29 @@ def evaluate_factored(
     return FactoredEvaluation(log_prob, torch.stack(entropies, -1), torch.stack(available, -1))
 
 
+def factored_kl(reference_logits: Sequence[Tensor], logits: Sequence[Tensor], used_mask: Tensor, action: Tensor,
+                relevance: Tensor) -> Tensor:
+    """Per head, KL(reference || policy) in nats between two policies' distributions under the stored masks, along
+    the stored actions: (..., num_heads), 0 where a head does not matter for the stored op.
+
+    The op head's term is the whole KL of the op distributions at every step; the other heads' are those of their
+    distributions given the stored op (and, for a slot-conditioned head, the stored slot's row), i.e. the terms of
+    the joint KL along the path the rollout took, as its log-ratio is. Shapes as in :func:`evaluate_factored`.
+    """
+    sizes = [lg.shape[-1] for lg in logits]
+    masks = torch.split(used_mask, sizes, dim=-1)
+    relevant = relevance[action[..., Head.OP]]
+    terms = []
+    for head, (ref, cur, mask) in enumerate(zip(reference_logits, logits, masks, strict=True)):
+        if head > Head.SLOT:
+            ref, cur = slot_row(ref, action[..., Head.SLOT]), slot_row(cur, action[..., Head.SLOT])
+        p = MaskedCategorical(ref, mask, validate=False).log_probs
+        q = MaskedCategorical(cur, mask, validate=False).log_probs
+        kl = torch.where(mask, p.exp() * (p - q), torch.zeros_like(p)).sum(-1)
+        terms.append(torch.where(relevant[..., head], kl, torch.zeros_like(kl)))
+    return torch.stack(terms, -1)
+
+
 __all__ = [
     "MASK_FILL",
     "PLACEHOLDER",
@@ -226,5 +249,6 @@ __all__ = [
     "check_mask",
     "sample_factored",
     "evaluate_factored",
+    "factored_kl",
     "slot_row",
 ]

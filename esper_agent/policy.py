@@ -49,6 +49,7 @@ class SequenceEvaluation(NamedTuple):
     entropy: Tensor  # (B, T, num_heads) normalised entropy, 0 for heads irrelevant to the stored op
     available: Tensor  # (B, T, num_heads) bool: head relevant and with >= 2 valid values
     value: Tensor  # (B, T)
+    logits: list[Tensor]  # per head, (B, T, size) or, slot-conditioned, (B, T, num_slots, size)
 
 
 def _mlp(width: int, out: int) -> nn.Sequential:
@@ -194,8 +195,15 @@ class RecurrentPolicy(nn.Module):
     ) -> SequenceEvaluation:
         """Replay stored sequences (B, T, ...) with gradients: log-probs, entropies and values."""
         core, _ = self.core_sequence(obs, episode_start, state, resets_inside)
-        factored: FactoredEvaluation = evaluate_factored(self.head_logits(core), used_mask, action, self.relevance)
-        return SequenceEvaluation(factored.log_prob, factored.entropy, factored.available, self.value(core))
+        logits = self.head_logits(core)
+        factored: FactoredEvaluation = evaluate_factored(logits, used_mask, action, self.relevance)
+        return SequenceEvaluation(factored.log_prob, factored.entropy, factored.available, self.value(core), logits)
+
+    def sequence_logits(self, obs: Tensor, episode_start: Tensor, state: LSTMState, resets_inside: bool = True
+                        ) -> list[Tensor]:
+        """Each head's logits along stored sequences (B, T, ...), replayed from ``state``."""
+        core, _ = self.core_sequence(obs, episode_start, state, resets_inside)
+        return self.head_logits(core)
 
     def parameter_groups(self) -> dict[str, list[nn.Parameter]]:
         """Parameters by component, for per-head gradient norms."""

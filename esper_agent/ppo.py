@@ -11,7 +11,13 @@ states are recomputed with the current weights, never stale). Per minibatch:
 - entropy = sum over heads of the mean normalised entropy over the steps where that head was relevant and
   had >= 2 valid values (the availability-conditioned mean: a head that rarely matters is not diluted), or,
   with ``entropy_all_steps``, over every valid step (:func:`entropy_bonus` says why);
-- KL = mean((r - 1) - log r) on the joint ratio (Schulman's k3 estimator).
+- KL = mean((r - 1) - log r) on the joint ratio (Schulman's k3 estimator);
+- with ``reference_kl_coef`` > 0, plus that weight times the mean over valid steps of KL(reference || policy),
+  summed over heads (:func:`~esper_agent.distributions.factored_kl`), where the reference is the frozen policy
+  PPO started from (the trainer keeps it). Its gradient on a head's logits is the weight times (policy's
+  probabilities - reference's), bounded, so a consistent advantage still moves the policy away from the
+  reference, while advantages that only reflect the noise of a few episodes no longer drive a sharp policy into
+  an absorbing choice (README, head-to-head: seeds that stopped planting right after imitation).
 
 The host looks at each minibatch step once (loss, KL, pre-clip gradient norm in one transfer): a non-finite
 loss or gradient skips the optimizer step (three in a row stop training), and a KL above ``target_kl`` ends the
@@ -30,12 +36,13 @@ from torch import Tensor, nn
 from esper_agent.buffer import Rollout
 from esper_agent.config import AgentConfig
 from esper_agent.distributed import SINGLE, SingleProcess
+from esper_agent.distributions import factored_kl
 from esper_agent.policy import LSTMState, RecurrentPolicy, SequenceEvaluation
 from esper_env.spaces import HEAD_NAMES
 
 SCALAR_STATS = ("loss/policy", "loss/value", "loss/entropy", "loss/total", "ppo/kl", "ppo/clip_fraction",
-                "ppo/ratio_max", "ppo/ratio_min")
-ADDITIVE_STATS = SCALAR_STATS[:6]
+                "loss/reference_kl", "ppo/ratio_max", "ppo/ratio_min")
+ADDITIVE_STATS = SCALAR_STATS[:7]
 """The scalars that are sums over steps divided by global counts: the ranks' shares add up (the ratio extremes
 do not; the head entropy sums do, the head counts are global already)."""
 
@@ -75,12 +82,29 @@ def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
 def replay_rows(policy: RecurrentPolicy, rollout: Rollout, rows: Tensor) -> tuple[Tensor, Tensor, SequenceEvaluation]:
     """Replay the env rows ``rows`` (a CPU index tensor) of a rollout with gradients, from their stored initial
     LSTM state: the rows' index on the rollout's device, their valid-step mask and the evaluation."""
-    resets_inside = bool(rollout.resets_inside[rows.numpy()].any())  # host flags: no device sync
-    index = rows.to(rollout.valid.device)
-    state = LSTMState(rollout.initial_state.h[index], rollout.initial_state.c[index])
+    index, state, resets_inside = _rows_start(rollout, rows)
     ev = policy.sequence(rollout.obs[index], rollout.episode_start[index], state, rollout.actions[index],
                          rollout.used_masks[index], resets_inside)
     return index, rollout.valid[index], ev
+
+
+def _rows_start(rollout: Rollout, rows: Tensor) -> tuple[Tensor, LSTMState, bool]:
+    """The rows' index on the rollout's device, their stored initial LSTM state and whether an episode starts
+    inside them after t = 0."""
+    resets_inside = bool(rollout.resets_inside[rows.numpy()].any())  # host flags: no device sync
+    index = rows.to(rollout.valid.device)
+    return index, LSTMState(rollout.initial_state.h[index], rollout.initial_state.c[index]), resets_inside
+
+
+def reference_kl(reference: RecurrentPolicy, ev: SequenceEvaluation, rollout: Rollout, rows: Tensor) -> Tensor:
+    """KL(reference || policy) per valid step of the rows (B, T), summed over heads, with ``ev`` the policy's
+    replay of them. The reference replays from the rows' stored initial LSTM state, its policy's: exact where a
+    rollout starts with new episodes (the trainer resets its envs at every rollout), as they zero the state."""
+    index, state, resets_inside = _rows_start(rollout, rows)
+    with torch.no_grad():
+        ref_logits = reference.sequence_logits(rollout.obs[index], rollout.episode_start[index], state, resets_inside)
+    return factored_kl(ref_logits, ev.logits, rollout.used_masks[index], rollout.actions[index],
+                       reference.relevance).sum(-1)
 
 
 def head_entropy_sums(ev: SequenceEvaluation, valid: Tensor) -> tuple[Tensor, Tensor]:
@@ -107,8 +131,9 @@ def entropy_bonus(head_sum: Tensor, head_count: Tensor, step_count: Tensor, cfg:
 
 
 def minibatch_terms(policy: RecurrentPolicy, batch: TrainBatch, rows: Tensor, cfg: AgentConfig,
-                    ranks: SingleProcess = SINGLE) -> MinibatchTerms:
-    """Losses and statistics for the env rows ``rows`` (a CPU index tensor) of the batch.
+                    ranks: SingleProcess = SINGLE, reference: RecurrentPolicy | None = None) -> MinibatchTerms:
+    """Losses and statistics for the env rows ``rows`` (a CPU index tensor) of the batch; ``reference``, the
+    policy the KL term measures against (needed when ``cfg.reference_kl_coef`` > 0).
 
     Means divide by counts over every rank's minibatch (``ranks.sum``; the identity in one process), so that
     the ranks' losses add up to the loss of one process over the union of their minibatches.
@@ -136,13 +161,20 @@ def minibatch_terms(policy: RecurrentPolicy, batch: TrainBatch, rows: Tensor, cf
     head_count = global_counts[1:]
     entropy = entropy_bonus(head_sum, head_count, count, cfg)
     loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
+    ref_kl = torch.zeros((), device=adv.device)
+    if cfg.reference_kl_coef > 0:
+        if reference is None:
+            raise ValueError(f"reference_kl_coef={cfg.reference_kl_coef} needs the reference policy; got None")
+        ref_kl = mean(reference_kl(reference, ev, r, rows))
+        loss = loss + cfg.reference_kl_coef * ref_kl
 
     with torch.no_grad():
         kl = mean((ratio - 1) - log_ratio)
         clip_fraction = mean(((ratio - 1).abs() > cfg.clip_coef).float())
         ratio_max = torch.where(valid, ratio, torch.full_like(ratio, -math.inf)).max()
         ratio_min = torch.where(valid, ratio, torch.full_like(ratio, math.inf)).min()
-        scalars = torch.stack([pg_loss, v_loss, entropy, loss, kl, clip_fraction, ratio_max, ratio_min]).detach()
+        scalars = torch.stack([pg_loss, v_loss, entropy, loss, kl, clip_fraction, ref_kl, ratio_max,
+                               ratio_min]).detach()
     return MinibatchTerms(loss, kl, torch.cat([scalars, head_sum.detach(), head_count]))
 
 
@@ -172,7 +204,8 @@ def reduce_step(params: list[nn.Parameter], stats: Tensor, ranks: SingleProcess)
 
 
 def ppo_update(policy: RecurrentPolicy, optimizer: torch.optim.Optimizer, batch: TrainBatch, cfg: AgentConfig,
-               generator: torch.Generator, guard: NonFiniteGuard, ranks: SingleProcess = SINGLE) -> dict[str, float]:
+               generator: torch.Generator, guard: NonFiniteGuard, ranks: SingleProcess = SINGLE,
+               reference: RecurrentPolicy | None = None) -> dict[str, float]:
     """Run the K-epoch minibatch update; returns named statistics averaged over the steps it looked at.
 
     Under torchrun every rank shuffles its own env rows with the same generator state, and one minibatch step
@@ -188,7 +221,7 @@ def ppo_update(policy: RecurrentPolicy, optimizer: torch.optim.Optimizer, batch:
     for _ in range(cfg.update_epochs):
         order = torch.randperm(num_envs, generator=generator)
         for index in torch.tensor_split(order, cfg.num_minibatches):
-            terms = minibatch_terms(policy, batch, index, cfg, ranks)
+            terms = minibatch_terms(policy, batch, index, cfg, ranks, reference)
             optimizer.zero_grad(set_to_none=True)
             terms.loss.backward()
             stats = reduce_step(params, terms.stats, ranks)
@@ -233,7 +266,7 @@ def summarize(records: list[Tensor], group_names: list[str], applied: int, skipp
         return out
     table = torch.stack(records)
     n_scalar = len(SCALAR_STATS)
-    kl_col, max_col, min_col, norm_col = 4, 6, 7, n_scalar + 2 * heads
+    kl_col, max_col, min_col, norm_col = 4, 7, 8, n_scalar + 2 * heads
     head_entropy = table[:, n_scalar : n_scalar + heads].sum(0) / table[:, n_scalar + heads : norm_col].sum(0)
     extremes = ranks.max(torch.stack([table[:, max_col].max(), -table[:, min_col].min()]))  # the ratio's, global
     summary = torch.cat([table.mean(0), table[:, kl_col].max().view(1), extremes[:1], -extremes[1:],
@@ -250,5 +283,6 @@ def summarize(records: list[Tensor], group_names: list[str], applied: int, skipp
     return out
 
 
-__all__ = ["ppo_update", "empty_ppo_stats", "minibatch_terms", "replay_rows", "head_entropy_sums", "entropy_bonus",
+__all__ = ["ppo_update", "empty_ppo_stats", "minibatch_terms", "replay_rows", "reference_kl", "head_entropy_sums",
+           "entropy_bonus",
            "reduce_step", "TrainBatch", "NonFiniteGuard", "masked_mean", "SCALAR_STATS", "ADDITIVE_STATS"]

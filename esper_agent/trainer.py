@@ -12,6 +12,7 @@ holds the same network, optimizer and normalisers; the metrics are those of all 
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 import warnings
@@ -128,6 +129,7 @@ class Trainer:
         self.minibatch_generator = torch.Generator("cpu").manual_seed(seed + 1)
         self.guard = NonFiniteGuard(config.max_nonfinite_steps)
         self.selection = BestPolicy(config.select_best_window) if config.select_best_window else None
+        self.reference: RecurrentPolicy | None = None  # with reference_kl_coef: the policy PPO started from
         self.update_index, self.env_steps = 0, 0
 
     def learning_rate(self) -> float:
@@ -196,9 +198,18 @@ class Trainer:
                 self.guard)
         if self.config.imitation_updates > 0 and self.update_index == self.config.imitation_updates:
             self.optimizer.state.clear()  # Adam's moments were those of the imitation loss
+        if self.config.reference_kl_coef > 0 and self.reference is None:
+            self.reference = self._frozen(self.policy.state_dict())  # the first PPO update: what PPO starts from
         batch = TrainBatch(rollout, advantages.advantages, advantages.returns)
         return dict.fromkeys(IMITATION_STATS, math.nan) | ppo_update(
-            self.policy, self.optimizer, batch, self.config, self.minibatch_generator, self.guard, self.ranks)
+            self.policy, self.optimizer, batch, self.config, self.minibatch_generator, self.guard, self.ranks,
+            self.reference)
+
+    def _frozen(self, weights: dict[str, Any]) -> RecurrentPolicy:
+        """A copy of the policy's network holding ``weights``, without gradients."""
+        reference = copy.deepcopy(self.policy)
+        reference.load_state_dict(weights)
+        return reference.requires_grad_(False).eval()
 
     def _shape(self) -> dict[str, int]:
         return {"obs_dim": self.driver.obs_dim, "num_slots": self.driver.num_slots,
@@ -220,6 +231,7 @@ class Trainer:
                          "total_updates": self.total_updates, "nonfinite_streak": self.guard.streak,
                          "world_size": self.ranks.world_size},
             "selection": None if self.selection is None else self.selection.state_dict(),
+            "reference": None if self.reference is None else self.reference.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -240,6 +252,8 @@ class Trainer:
         self._load_sample_state(state["rng"], int(counters.get("world_size", 1)))
         if self.selection is not None and state.get("selection") is not None:
             self.selection.load_state_dict(state["selection"])
+        if state.get("reference") is not None:
+            self.reference = self._frozen(state["reference"])
 
     def _load_sample_state(self, rng: dict[str, Any], saved_world_size: int) -> None:
         """Each rank continues its own action-sampling stream; with another number of ranks than the checkpoint's,

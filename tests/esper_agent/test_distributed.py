@@ -70,12 +70,12 @@ def capture_update(trainer: Trainer) -> dict[str, Any]:
     seen: dict[str, Any] = {"shape": trainer._shape()}
     real_update = trainer_module.ppo_update
 
-    def spy(policy, optimizer, batch, cfg, generator, guard, ranks):
+    def spy(policy, optimizer, batch, cfg, generator, guard, ranks, reference=None):
         rollout = {k: (torch.stack([v.h, v.c]) if isinstance(v, LSTMState) else torch.as_tensor(v)).clone()
                    for k, v in batch.rollout._asdict().items()}
         seen.update(before={k: v.clone() for k, v in policy.state_dict().items()}, generator=generator.get_state(),
                     rollout=rollout, advantages=batch.advantages.clone(), returns=batch.returns.clone())
-        return real_update(policy, optimizer, batch, cfg, generator, guard, ranks)
+        return real_update(policy, optimizer, batch, cfg, generator, guard, ranks, reference)
 
     for name, normalizer in (("obs", trainer.obs_norm), ("reward", trainer.reward_scaler)):
         def commit(ranks, normalizer=normalizer, name=name, real=normalizer.commit):

@@ -14,6 +14,7 @@ from esper_agent.distributions import (
     ActionMasks,
     MaskedCategorical,
     evaluate_factored,
+    factored_kl,
     sample_factored,
 )
 from esper_env import spaces
@@ -224,3 +225,34 @@ def test_slot_conditioned_heads_use_the_row_of_the_sampled_slot() -> None:
     over_time = evaluate_factored(steps, sample.used_mask.unsqueeze(1).expand(-1, 2, -1),
                                   sample.action.unsqueeze(1).expand(-1, 2, -1), RELEVANCE)
     assert torch.allclose(over_time.log_prob, sample.log_prob.unsqueeze(1).expand(-1, 2))
+
+
+def test_factored_kl_is_each_heads_kl_along_the_stored_action() -> None:
+    g = torch.Generator().manual_seed(5)
+    masks = random_masks(32, g)
+    ref = [torch.randn(32, n, generator=g) for n in SIZES]
+    cur = [torch.randn(32, n, generator=g) for n in SIZES]
+    sample = sample_factored(cur, masks, RELEVANCE, g)
+    kl = factored_kl(ref, cur, sample.used_mask, sample.action, RELEVANCE)
+    assert torch.equal(factored_kl(cur, cur, sample.used_mask, sample.action, RELEVANCE), torch.zeros_like(kl))
+    op_mask = sample.used_mask[:, : SIZES[0]]
+    p, q = (torch.distributions.Categorical(logits=lg.masked_fill(~op_mask, -math.inf)) for lg in (ref[0], cur[0]))
+    torch.testing.assert_close(kl[:, 0], torch.distributions.kl_divergence(p, q))  # the op head: its whole KL
+    relevant = RELEVANCE[sample.action[:, 0]]
+    assert (kl[~relevant] == 0).all() and (kl[relevant] >= -1e-6).all()
+    assert (kl[:, Head.SLOT] > 0).any()  # the heads after the op differ too where they matter
+
+
+def test_factored_kl_reads_the_stored_slots_row_of_a_slot_conditioned_head() -> None:
+    g = torch.Generator().manual_seed(6)
+    masks = random_masks(16, g)
+    ref = [torch.randn(16, n, generator=g) for n in SIZES]
+    cur = [lg.clone() for lg in ref]
+    blueprint = Head.BLUEPRINT
+    ref[blueprint] = ref[blueprint].unsqueeze(1).repeat(1, NUM_SLOTS, 1)  # one row per slot, all alike ...
+    cur[blueprint] = ref[blueprint].clone()
+    sample = sample_factored(cur, masks, RELEVANCE, g)
+    other = (sample.action[:, Head.SLOT] + 1) % NUM_SLOTS
+    cur[blueprint][torch.arange(16), other] += torch.randn(16, SIZES[blueprint], generator=g)  # ... but unused rows
+    kl = factored_kl(ref, cur, sample.used_mask, sample.action, RELEVANCE)
+    assert torch.equal(kl, torch.zeros_like(kl))

@@ -151,3 +151,22 @@ def test_ppo_starts_from_fresh_adam_moments(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(trainer_module, "ppo_update", spy)
     list(t.train(total_updates=3))  # one imitation update, then two PPO updates
     assert seen[0] == 0 and seen[1] == len(list(t.policy.parameters()))
+
+
+def test_the_reference_is_the_policy_imitation_left_and_checkpoints_keep_it() -> None:
+    t = trainer(1, reference_kl_coef=0.1)
+    t.update()
+    imitated = {k: v.clone() for k, v in t.policy.state_dict().items()}
+    assert t.reference is None  # made when PPO starts
+    row = t.update()
+    assert row["loss/reference_kl"] > 0  # PPO moved away from it within its first update
+    for name, value in t.reference.state_dict().items():
+        assert torch.equal(value, imitated[name])
+    assert not any(p.requires_grad for p in t.reference.parameters())
+    resumed = trainer(1, reference_kl_coef=0.1)
+    resumed.load_state_dict(t.state_dict())
+    for name, value in resumed.reference.state_dict().items():
+        assert torch.equal(value, imitated[name])
+    plain = trainer(1)
+    list(plain.train())
+    assert plain.reference is None and plain.state_dict()["reference"] is None
