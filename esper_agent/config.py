@@ -63,6 +63,10 @@ class AgentConfig:
     0 = off). The reference is the policy PPO started from, frozen: with imitation_updates, the imitated
     heuristic. Like the KL to the supervised model in RLHF's PPO, or kickstarting's distillation term, it holds
     PPO near what imitation taught wherever the returns give no consistent reason to move (esper_agent.ppo)."""
+    reference_kl_updates: int = 0
+    """PPO updates over which the KL term's weight falls linearly from reference_kl_coef to 0 (updates, >= 0;
+    0 = constant), as kickstarting's distillation weight decays: the reference then guards the first updates
+    after imitation, where seeds stopped planting, and leaves the rest of training to the returns."""
     vf_coef: float = 0.5
     """Weight of the value loss, 0.5 * MSE on normalised returns (unitless)."""
     learning_rate: float = 3e-4
@@ -149,7 +153,7 @@ _POSITIVE = ("clip_coef", "learning_rate", "adam_eps", "max_grad_norm", "obs_cli
              "anomaly_ratio_max", "anomaly_kl_max")
 _NON_NEGATIVE = ("ent_coef", "reference_kl_coef", "vf_coef", "target_kl", "anomaly_ratio_min",
                  "anomaly_value_std_ratio", "wait_prior", "prune_prior")
-_NON_NEGATIVE_INT = ("imitation_updates", "select_best_window")
+_NON_NEGATIVE_INT = ("imitation_updates", "select_best_window", "reference_kl_updates")
 
 
 def _validate(cfg: AgentConfig) -> None:

@@ -12,12 +12,13 @@ states are recomputed with the current weights, never stale). Per minibatch:
   had >= 2 valid values (the availability-conditioned mean: a head that rarely matters is not diluted), or,
   with ``entropy_all_steps``, over every valid step (:func:`entropy_bonus` says why);
 - KL = mean((r - 1) - log r) on the joint ratio (Schulman's k3 estimator);
-- with ``reference_kl_coef`` > 0, plus that weight times the mean over valid steps of KL(reference || policy),
-  summed over heads (:func:`~esper_agent.distributions.factored_kl`), where the reference is the frozen policy
-  PPO started from (the trainer keeps it). Its gradient on a head's logits is the weight times (policy's
-  probabilities - reference's), bounded, so a consistent advantage still moves the policy away from the
-  reference, while advantages that only reflect the noise of a few episodes no longer drive a sharp policy into
-  an absorbing choice (README, head-to-head: seeds that stopped planting right after imitation).
+- given a :class:`Reference`, plus its weight times the mean over valid steps of KL(reference || policy),
+  summed over heads (:func:`~esper_agent.distributions.factored_kl`); the trainer passes the frozen policy PPO
+  started from and the weight ``reference_kl_coef`` (decayed over ``reference_kl_updates``). The term's
+  gradient on a head's logits is the weight times (policy's probabilities - reference's): bounded, so a
+  consistent advantage still moves the policy away from the reference, while advantages that only reflect the
+  noise of a few episodes no longer drive a sharp policy into an absorbing choice (README, head-to-head: seeds
+  that stopped planting right after imitation).
 
 The host looks at each minibatch step once (loss, KL, pre-clip gradient norm in one transfer): a non-finite
 loss or gradient skips the optimizer step (three in a row stop training), and a KL above ``target_kl`` ends the
@@ -51,6 +52,13 @@ class TrainBatch(NamedTuple):
     rollout: Rollout
     advantages: Tensor  # (N, T)
     returns: Tensor  # (N, T)
+
+
+class Reference(NamedTuple):
+    """The policy the KL term of the PPO loss measures against, and the term's weight (per nat)."""
+
+    policy: RecurrentPolicy
+    weight: float
 
 
 class MinibatchTerms(NamedTuple):
@@ -131,9 +139,9 @@ def entropy_bonus(head_sum: Tensor, head_count: Tensor, step_count: Tensor, cfg:
 
 
 def minibatch_terms(policy: RecurrentPolicy, batch: TrainBatch, rows: Tensor, cfg: AgentConfig,
-                    ranks: SingleProcess = SINGLE, reference: RecurrentPolicy | None = None) -> MinibatchTerms:
-    """Losses and statistics for the env rows ``rows`` (a CPU index tensor) of the batch; ``reference``, the
-    policy the KL term measures against (needed when ``cfg.reference_kl_coef`` > 0).
+                    ranks: SingleProcess = SINGLE, reference: Reference | None = None) -> MinibatchTerms:
+    """Losses and statistics for the env rows ``rows`` (a CPU index tensor) of the batch, with the KL term to
+    ``reference`` when one with a weight above 0 is given.
 
     Means divide by counts over every rank's minibatch (``ranks.sum``; the identity in one process), so that
     the ranks' losses add up to the loss of one process over the union of their minibatches.
@@ -162,11 +170,9 @@ def minibatch_terms(policy: RecurrentPolicy, batch: TrainBatch, rows: Tensor, cf
     entropy = entropy_bonus(head_sum, head_count, count, cfg)
     loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
     ref_kl = torch.zeros((), device=adv.device)
-    if cfg.reference_kl_coef > 0:
-        if reference is None:
-            raise ValueError(f"reference_kl_coef={cfg.reference_kl_coef} needs the reference policy; got None")
-        ref_kl = mean(reference_kl(reference, ev, r, rows))
-        loss = loss + cfg.reference_kl_coef * ref_kl
+    if reference is not None and reference.weight > 0:
+        ref_kl = mean(reference_kl(reference.policy, ev, r, rows))
+        loss = loss + reference.weight * ref_kl
 
     with torch.no_grad():
         kl = mean((ratio - 1) - log_ratio)
@@ -205,7 +211,7 @@ def reduce_step(params: list[nn.Parameter], stats: Tensor, ranks: SingleProcess)
 
 def ppo_update(policy: RecurrentPolicy, optimizer: torch.optim.Optimizer, batch: TrainBatch, cfg: AgentConfig,
                generator: torch.Generator, guard: NonFiniteGuard, ranks: SingleProcess = SINGLE,
-               reference: RecurrentPolicy | None = None) -> dict[str, float]:
+               reference: Reference | None = None) -> dict[str, float]:
     """Run the K-epoch minibatch update; returns named statistics averaged over the steps it looked at.
 
     Under torchrun every rank shuffles its own env rows with the same generator state, and one minibatch step
@@ -283,6 +289,7 @@ def summarize(records: list[Tensor], group_names: list[str], applied: int, skipp
     return out
 
 
-__all__ = ["ppo_update", "empty_ppo_stats", "minibatch_terms", "replay_rows", "reference_kl", "head_entropy_sums",
+__all__ = ["ppo_update", "empty_ppo_stats", "minibatch_terms", "replay_rows", "Reference", "reference_kl",
+           "head_entropy_sums",
            "entropy_bonus",
            "reduce_step", "TrainBatch", "NonFiniteGuard", "masked_mean", "SCALAR_STATS", "ADDITIVE_STATS"]

@@ -32,7 +32,7 @@ from esper_agent.heuristic import HeuristicActor
 from esper_agent.imitate import IMITATION_STATS, imitation_update
 from esper_agent.normalize import ObservationNormalizer, RewardScaler
 from esper_agent.policy import RecurrentPolicy
-from esper_agent.ppo import NonFiniteGuard, TrainBatch, empty_ppo_stats, ppo_update
+from esper_agent.ppo import NonFiniteGuard, Reference, TrainBatch, empty_ppo_stats, ppo_update
 from esper_agent.selection import BestPolicy, kept_policy, snapshot
 from esper_agent.telemetry import rollout_metrics
 from esper_env.spaces import observation_layout
@@ -193,17 +193,29 @@ class Trainer:
         """The learning half of an update: imitation of the rollout's (heuristic's) actions, or PPO. Both report
         the same keys; each leaves the other's statistics NaN."""
         if imitating:
-            return empty_ppo_stats(list(self.policy.parameter_groups())) | imitation_update(
-                self.policy, self.optimizer, rollout, advantages.returns, self.config, self.minibatch_generator,
-                self.guard)
+            return empty_ppo_stats(list(self.policy.parameter_groups())) | {"ppo/reference_kl_weight": math.nan} | (
+                imitation_update(
+                    self.policy, self.optimizer, rollout, advantages.returns, self.config, self.minibatch_generator,
+                    self.guard))
         if self.config.imitation_updates > 0 and self.update_index == self.config.imitation_updates:
             self.optimizer.state.clear()  # Adam's moments were those of the imitation loss
         if self.config.reference_kl_coef > 0 and self.reference is None:
             self.reference = self._frozen(self.policy.state_dict())  # the first PPO update: what PPO starts from
+        weight = self.reference_weight()
+        reference = Reference(self.reference, weight) if self.reference is not None and weight > 0 else None
         batch = TrainBatch(rollout, advantages.advantages, advantages.returns)
-        return dict.fromkeys(IMITATION_STATS, math.nan) | ppo_update(
+        return dict.fromkeys(IMITATION_STATS, math.nan) | {"ppo/reference_kl_weight": weight} | ppo_update(
             self.policy, self.optimizer, batch, self.config, self.minibatch_generator, self.guard, self.ranks,
-            self.reference)
+            reference)
+
+    def reference_weight(self) -> float:
+        """The weight of the KL term to the reference in this PPO update: ``reference_kl_coef``, falling linearly
+        to 0 over ``reference_kl_updates`` PPO updates when that is set."""
+        cfg = self.config
+        if cfg.reference_kl_updates == 0:
+            return cfg.reference_kl_coef
+        done = max(0, self.update_index - cfg.imitation_updates)  # PPO updates before this one
+        return cfg.reference_kl_coef * max(0.0, 1.0 - done / cfg.reference_kl_updates)
 
     def _frozen(self, weights: dict[str, Any]) -> RecurrentPolicy:
         """A copy of the policy's network holding ``weights``, without gradients."""

@@ -170,3 +170,14 @@ def test_the_reference_is_the_policy_imitation_left_and_checkpoints_keep_it() ->
     plain = trainer(1)
     list(plain.train())
     assert plain.reference is None and plain.state_dict()["reference"] is None
+
+
+def test_the_reference_weight_falls_to_zero_over_its_ppo_updates() -> None:
+    t = trainer(2, reference_kl_coef=0.4, reference_kl_updates=2)
+    t.total_updates = 5
+    rows = list(t.train())
+    weights = [r["ppo/reference_kl_weight"] for r in rows]
+    assert all(math.isnan(w) for w in weights[:2]) and weights[2:] == [0.4, 0.2, 0.0]
+    assert rows[2]["loss/reference_kl"] > 0 and rows[3]["loss/reference_kl"] > 0
+    assert rows[4]["loss/reference_kl"] == 0.0  # weight 0: the term is not computed
+    assert [set(r) for r in rows] == [set(rows[0])] * 5

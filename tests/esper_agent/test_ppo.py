@@ -13,7 +13,7 @@ from agent_fixtures import one_torch_thread  # noqa: F401  (autouse: one torch t
 from esper_agent.anomalies import detect_anomalies
 from esper_agent.buffer import compute_gae
 from esper_agent.config import AgentConfig
-from esper_agent.ppo import SCALAR_STATS, NonFiniteGuard, TrainBatch, minibatch_terms, ppo_update
+from esper_agent.ppo import SCALAR_STATS, NonFiniteGuard, Reference, TrainBatch, minibatch_terms, ppo_update
 from esper_env.spaces import HEAD_NAMES, Op
 
 HEALTHY = {"ppo/ratio_max": 1.3, "ppo/ratio_min": 0.8, "ppo/nonfinite_steps": 0.0, "ppo/kl_max": 0.01,
@@ -159,20 +159,20 @@ def test_the_reference_kl_term_adds_its_weight_times_the_mean_kl() -> None:
     batch = collected_batch(trainer)
     index = torch.arange(batch.rollout.valid.shape[0])
     reference = copy.deepcopy(trainer.policy).requires_grad_(False)
-    cfg = AgentConfig(**(trainer.config.to_dict() | {"reference_kl_coef": 0.5}))
-    base = minibatch_terms(trainer.policy, batch, index, trainer.config)
-    same = minibatch_terms(trainer.policy, batch, index, cfg, reference=reference)
+    cfg = trainer.config
+    base = minibatch_terms(trainer.policy, batch, index, cfg)
+    same = minibatch_terms(trainer.policy, batch, index, cfg, reference=Reference(reference, 0.5))
     kl_column = SCALAR_STATS.index("loss/reference_kl")
     assert same.stats[kl_column].item() == pytest.approx(0.0, abs=1e-6)
     assert same.loss.item() == pytest.approx(base.loss.item())
     with torch.no_grad():
         for param in reference.heads[0].parameters():
             param.add_(torch.randn(param.shape, generator=torch.Generator().manual_seed(0)))
-    moved = minibatch_terms(trainer.policy, batch, index, cfg, reference=reference)
+    moved = minibatch_terms(trainer.policy, batch, index, cfg, reference=Reference(reference, 0.5))
     kl = moved.stats[kl_column].item()
     assert kl > 0 and moved.loss.item() == pytest.approx(base.loss.item() + 0.5 * kl, rel=1e-6)
-    with pytest.raises(ValueError, match=r"reference_kl_coef=0.5 needs the reference policy"):
-        minibatch_terms(trainer.policy, batch, index, cfg)
+    off = minibatch_terms(trainer.policy, batch, index, cfg, reference=Reference(reference, 0.0))
+    assert off.stats[kl_column].item() == 0.0 and off.loss.item() == pytest.approx(base.loss.item())
 
 
 def test_updates_on_the_reference_kl_alone_pull_the_policy_toward_the_reference() -> None:
@@ -183,13 +183,13 @@ def test_updates_on_the_reference_kl_alone_pull_the_policy_toward_the_reference(
     with torch.no_grad():
         for param in reference.heads[0].parameters():
             param.add_(torch.randn(param.shape, generator=torch.Generator().manual_seed(1)))
-    cfg = AgentConfig(**(trainer.config.to_dict() | {"reference_kl_coef": 1.0, "ent_coef": 0.0, "target_kl": 0.0}))
+    cfg = AgentConfig(**(trainer.config.to_dict() | {"ent_coef": 0.0, "target_kl": 0.0}))
     guard = NonFiniteGuard(3)
     for group in trainer.optimizer.param_groups:
         group["lr"] = 3e-3
     first = ppo_update(trainer.policy, trainer.optimizer, batch, cfg, trainer.minibatch_generator, guard,
-                       reference=reference)["loss/reference_kl"]
+                       reference=Reference(reference, 1.0))["loss/reference_kl"]
     for _ in range(5):
         last = ppo_update(trainer.policy, trainer.optimizer, batch, cfg, trainer.minibatch_generator, guard,
-                          reference=reference)["loss/reference_kl"]
+                          reference=Reference(reference, 1.0))["loss/reference_kl"]
     assert last < 0.5 * first
