@@ -296,10 +296,11 @@ def run_slice(arm: str, seed: int, args: argparse.Namespace, folder: Path) -> di
     trained = make_actor(arm, args, seed, folder)
     start = time.perf_counter()
     episodes, records = evaluate(trained.actor, args, seed)
+    finished = time.perf_counter()
     extra: dict[str, Any] = {}
     if trained.last_actor is not None:
-        extra = {"selection": trained.selection, "last_policy_episodes": evaluate(trained.last_actor, args, seed)[0]}
-    finished = time.perf_counter()
+        extra = {"selection": trained.selection, "last_policy_episodes": evaluate(trained.last_actor, args, seed)[0],
+                 "last_policy_eval_seconds": time.perf_counter() - finished}
     for k, record in enumerate(records):
         write_episode_png(record, folder / f"seed{seed}-episode{k}.png", title=f"{arm}, seed {seed}, episode {k}")
     write_contact_sheet(records, folder / f"seed{seed}-sheet.png", title=f"{arm} on {args.env}, seed {seed}")

@@ -59,13 +59,15 @@ def load_slices(folder: Path) -> dict[str, list[dict]]:
 def with_last_policies(arms: dict[str, list[dict]]) -> dict[str, list[dict]]:
     """``arms`` plus, after each arm whose slices also played their last policy (esper_agent with
     ``select_best_window``: ``last_policy_episodes``), a row ``<arm> (last policy)`` scored on those episodes,
-    which are the same episodes as the kept policy's, so the two rows show what the choice changed."""
+    which are the same episodes as the kept policy's, so the two rows show what the choice changed (its "grown"
+    is n/a: only the kept policy's timelines are saved)."""
     out: dict[str, list[dict]] = {}
     for arm, slices in arms.items():
         out[arm] = slices
-        if all("last_policy_episodes" in s for s in slices):
+        if any("last_policy_episodes" in s for s in slices):  # a seed that kept nothing played its last policy
             out[f"{arm} (last policy)"] = [{k: v for k, v in s.items() if k not in ("episode_records", "selection")}
-                                           | {"episodes": s["last_policy_episodes"]} for s in slices]
+                                           | {"episodes": s.get("last_policy_episodes", s["episodes"])}
+                                           for s in slices]
     return out
 
 
@@ -225,7 +227,7 @@ def markdown(rows: list[dict], env: str) -> str:
                      f"{pct(r['invalid_rate'])} | {r['budget_host_epochs']} | "
                      f"{r['rollbacks']} | {r['seconds_per_seed']:.0f} |")
     lines += ["", "Per seed (mean over its counted evaluation episodes):", "",
-              "| arm | seed | test accuracy % | seed params | grown | kept policy (update) |",
+              "| arm | seed | test accuracy % | seed params | grown | kept policy (collected update) |",
               "|---|---:|---:|---:|---|---:|"]
     lines += [f"| {r['arm']} | {p['seed']} | {pct(p['test_accuracy'])} | {p['seed_params']:.0f} | {p['grown']} | "
               f"{'' if p['kept_update'] is None else p['kept_update']} |" for r in rows for p in r["per_seed"]]

@@ -178,6 +178,8 @@ def _validate(cfg: AgentConfig) -> None:
     _require(cfg, "hidden_size", cfg.hidden_size >= 8 and cfg.hidden_size % 2 == 0, "an even integer >= 8")
     _require(cfg, "anomaly_ratio_min", cfg.anomaly_ratio_min < 1.0 < cfg.anomaly_ratio_max,
              "anomaly_ratio_min < 1 < anomaly_ratio_max")
+    _require(cfg, "reference_kl_updates", cfg.reference_kl_updates == 0 or cfg.reference_kl_coef > 0,
+             "0 while reference_kl_coef is 0 (there is no KL term to decay)")
 
 
 def _require(cfg: AgentConfig, name: str, ok: bool, expected: str) -> None:

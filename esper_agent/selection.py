@@ -5,11 +5,13 @@ the heuristic's plan for 60 updates, then its first slot's blueprint drifted to 
 updates. Its heads were nearly deterministic by then, so it never sampled the old choice again, and its return
 stayed lower to the end.
 
-With ``AgentConfig.select_best_window = W`` the trainer scores every W consecutive PPO rollouts by their mean
-episode return and keeps the policy of the best window found so far. The score is the agent's own objective,
-measured in episodes it trained on (the reward reads validation accuracy), so choosing costs no env steps and
-never sees test data. This is the usual "best model so far" of RL libraries, minus the separate evaluation
-episodes, which would spend host epochs outside the training budget.
+With ``AgentConfig.select_best_window = W`` the trainer scores every W consecutive PPO rollouts by the mean of
+their mean episode returns (the mean episode return where every rollout holds the same number of whole
+episodes, as the trainer's do when ``rollout_steps`` is the episode length) and keeps the policy of the best
+window found so far. The score is the agent's own objective, measured in episodes it trained on (the reward
+reads validation accuracy), so choosing costs no env steps and never sees test data. This is the usual "best
+model so far" of RL libraries, minus the separate evaluation episodes, which would spend host epochs outside the
+training budget.
 
 What is kept is the network and observation normaliser that *collected* the window's last rollout (captured
 before that rollout's update): a policy whose returns were measured, rather than the untested update after it.

@@ -153,7 +153,7 @@ class Trainer:
         imitating = self.imitating()
         seed = rank_reset_seed(self.seed, self.update_index, self.ranks.rank, self.driver.num_envs)
         teacher = HeuristicActor(self.driver.num_slots) if imitating else None
-        collector = snapshot(self.policy, self.obs_norm) if self.selection and not imitating else None
+        collector = snapshot(self.policy, self.obs_norm) if self.selection is not None and not imitating else None
         rollout, local_stats = self.collector.collect(seed, self.sample_generator, teacher)
         collected = time.perf_counter()
         # Every rank's episodes and counts; the rollout took as long as its slowest rank.
@@ -184,7 +184,8 @@ class Trainer:
 
     def selected_policy(self) -> tuple[RecurrentPolicy, ObservationNormalizer]:
         """The policy training hands out: with ``select_best_window``, copies of the one kept by
-        :mod:`esper_agent.selection` (the last one if no window has finished yet); else the trained one."""
+        :mod:`esper_agent.selection`; else, or if no window has finished yet, the trainer's own policy and
+        normaliser (not copies)."""
         if self.selection is None or self.selection.best is None:
             return self.policy, self.obs_norm
         return kept_policy(self.selection.state_dict(), self.policy, self.obs_norm, self.device)

@@ -36,7 +36,7 @@ from esper_agent.collect import rank_reset_seed, rollout_seed
 from esper_agent.config import AgentConfig
 from esper_agent.normalize import RunningMeanStd
 from esper_agent.policy import LSTMState, RecurrentPolicy
-from esper_agent.ppo import NonFiniteGuard, TrainBatch, ppo_update
+from esper_agent.ppo import NonFiniteGuard, Reference, TrainBatch, ppo_update
 from esper_agent.trainer import Trainer
 
 HERE = Path(__file__).resolve().parent
@@ -47,9 +47,11 @@ UPDATE = dict(hidden_size=16, update_epochs=2, num_minibatches=1, target_kl=0.0,
 CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     # Esper itself: 2 sub-envs per rank, whole 6-epoch episodes.
     "synthetic": ({"id": "Esper-Synthetic-v0", "num_envs": 2} | TINY, {"rollout_steps": 6}),
-    # The toy env's PRUNE ends episodes early, so the ranks' rows hold different numbers of valid steps.
+    # The toy env's PRUNE ends episodes early, so the ranks' rows hold different numbers of valid steps; and the
+    # KL to the reference (the policy before this first PPO update: non-zero from the second epoch) and the kept
+    # policy must come out of the ranks as out of one process.
     "toy": ({"id": toy_env.ENV_ID, "num_envs": 3, "autoreset_mode": "NextStep", "episode_length": 4},
-            {"rollout_steps": 10}),
+            {"rollout_steps": 10, "reference_kl_coef": 0.1, "select_best_window": 1}),
 }
 CLI = ["--env", f"toy_env:{toy_env.ENV_ID}", "--env-kwargs", json.dumps({"autoreset_mode": "NextStep"}),
        "--num-envs", "2", "--device", "cpu", "--seed", "3", "--rollout-steps", "8", "--hidden-size", "16"]
@@ -144,7 +146,13 @@ def test_two_ranks_make_the_update_of_one_process_over_both_ranks_data(launched:
     config = AgentConfig(**(UPDATE | CASES[name][1]))
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate, eps=config.adam_eps)
     generator = torch.Generator().manual_seed(0)  # one minibatch per epoch: the order of rows does not matter
-    stats = ppo_update(policy, optimizer, union_batch(parts), config, generator, NonFiniteGuard(3))
+    reference = None
+    if config.reference_kl_coef > 0:  # the first PPO update: the reference is the policy before it
+        frozen = RecurrentPolicy(shape["obs_dim"], shape["num_slots"], shape["hidden_size"])
+        frozen.load_state_dict(parts[0]["before"])
+        reference = Reference(frozen.requires_grad_(False), config.reference_kl_coef)
+    stats = ppo_update(policy, optimizer, union_batch(parts), config, generator, NonFiniteGuard(3),
+                       reference=reference)
 
     moved = max((parts[0]["after"][k] - parts[0]["before"][k]).abs().max().item() for k in parts[0]["before"])
     assert moved > 1e-4  # the update did something to compare
@@ -153,8 +161,11 @@ def test_two_ranks_make_the_update_of_one_process_over_both_ranks_data(launched:
     metrics = parts[0]["metrics"]
     assert stats["ppo/steps_applied"] == metrics["ppo/steps_applied"] == 2
     for key in ("loss/policy", "loss/value", "loss/total", "ppo/kl", "ppo/ratio_max", "ppo/ratio_min",
-                "entropy/op", "grad/norm_preclip"):
+                "entropy/op", "grad/norm_preclip", "loss/reference_kl"):
         assert stats[key] == pytest.approx(metrics[key], rel=1e-4, abs=1e-6), key
+    if reference is not None:
+        assert metrics["loss/reference_kl"] > 0 and metrics["selection/best_update"] == 1.0
+        assert parts[1]["metrics"]["selection/best_return"] == metrics["selection/best_return"]
     valid = [int(p["rollout"]["valid"].sum()) for p in parts]
     assert metrics["env_steps"] == sum(valid)  # logged metrics count every rank's transitions
     if name == "toy":

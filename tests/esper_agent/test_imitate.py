@@ -181,3 +181,5 @@ def test_the_reference_weight_falls_to_zero_over_its_ppo_updates() -> None:
     assert rows[2]["loss/reference_kl"] > 0 and rows[3]["loss/reference_kl"] > 0
     assert rows[4]["loss/reference_kl"] == 0.0  # weight 0: the term is not computed
     assert [set(r) for r in rows] == [set(rows[0])] * 5
+    with pytest.raises(ValueError, match="reference_kl_updates=4 is out of range; expected 0 while reference_kl"):
+        AgentConfig(reference_kl_updates=4)
