@@ -93,6 +93,7 @@ class FactoredEvaluation(NamedTuple):
     log_prob: Tensor  # (...,) joint log-prob of the given actions
     entropy: Tensor  # (..., num_heads) normalised entropy per head, 0 where the head is irrelevant
     available: Tensor  # (..., num_heads) bool: head relevant to the op and with >= 2 valid values
+    log_probs: list[Tensor]  # per head (..., size_h): the log-probabilities of the distribution it used
 
 
 def _one_hot_placeholder(batch: int, size: int, device: torch.device) -> Tensor:
@@ -200,41 +201,47 @@ def evaluate_factored(
     Shapes: ``logits[h]`` (..., size_h) or, slot-conditioned, (..., num_slots, size_h); ``used_mask``
     (..., sum sizes); ``action`` (..., num_heads).
     """
-    sizes = [lg.shape[-1] for lg in logits]
-    masks = torch.split(used_mask, sizes, dim=-1)
     relevant = relevance[action[..., Head.OP]]  # (..., num_heads)
     log_prob = torch.zeros(action.shape[:-1], device=action.device)
     entropies, available = [], []
-    for head, (head_logits, mask) in enumerate(zip(logits, masks, strict=True)):
-        if head > Head.SLOT:
-            head_logits = slot_row(head_logits, action[..., Head.SLOT])
-        dist = MaskedCategorical(head_logits, mask, validate=False)
+    dists = stored_distributions(logits, used_mask, action)
+    for head, dist in enumerate(dists):
         rel = relevant[..., head]
         log_prob = log_prob + torch.where(rel, dist.log_prob(action[..., head]), torch.zeros_like(log_prob))
         entropies.append(torch.where(rel, dist.normalized_entropy(), torch.zeros_like(log_prob)))
         available.append(rel & (dist.num_valid >= 2))
-    return FactoredEvaluation(log_prob, torch.stack(entropies, -1), torch.stack(available, -1))
+    return FactoredEvaluation(log_prob, torch.stack(entropies, -1), torch.stack(available, -1),
+                              [d.log_probs for d in dists])
 
 
-def factored_kl(reference_logits: Sequence[Tensor], logits: Sequence[Tensor], used_mask: Tensor, action: Tensor,
-                relevance: Tensor) -> Tensor:
-    """Per head, KL(reference || policy) in nats between two policies' distributions under the stored masks, along
-    the stored actions: (..., num_heads), 0 where a head does not matter for the stored op.
+def stored_distributions(logits: Sequence[Tensor], used_mask: Tensor, action: Tensor) -> list[MaskedCategorical]:
+    """Each head's distribution along stored actions: under its stored mask and, for a slot-conditioned head, from
+    the stored slot's row of logits. Shapes as in :func:`evaluate_factored`."""
+    masks = torch.split(used_mask, [lg.shape[-1] for lg in logits], dim=-1)
+    dists = []
+    for head, (head_logits, mask) in enumerate(zip(logits, masks, strict=True)):
+        if head > Head.SLOT:
+            head_logits = slot_row(head_logits, action[..., Head.SLOT])
+        dists.append(MaskedCategorical(head_logits, mask, validate=False))
+    return dists
+
+
+def factored_kl(reference_logits: Sequence[Tensor], evaluation: FactoredEvaluation, used_mask: Tensor,
+                action: Tensor, relevance: Tensor) -> Tensor:
+    """Per head, KL(reference || policy) in nats, the policy's distributions being those ``evaluation``
+    (:func:`evaluate_factored` of the same stored actions and masks) used: (..., num_heads), 0 where a head does
+    not matter for the stored op.
 
     The op head's term is the whole KL of the op distributions at every step; the other heads' are those of their
     distributions given the stored op (and, for a slot-conditioned head, the stored slot's row), i.e. the terms of
-    the joint KL along the path the rollout took, as its log-ratio is. Shapes as in :func:`evaluate_factored`.
+    the joint KL along the path the rollout took, as its log-ratio is.
     """
-    sizes = [lg.shape[-1] for lg in logits]
-    masks = torch.split(used_mask, sizes, dim=-1)
     relevant = relevance[action[..., Head.OP]]
     terms = []
-    for head, (ref, cur, mask) in enumerate(zip(reference_logits, logits, masks, strict=True)):
-        if head > Head.SLOT:
-            ref, cur = slot_row(ref, action[..., Head.SLOT]), slot_row(cur, action[..., Head.SLOT])
-        p = MaskedCategorical(ref, mask, validate=False).log_probs
-        q = MaskedCategorical(cur, mask, validate=False).log_probs
-        kl = torch.where(mask, p.exp() * (p - q), torch.zeros_like(p)).sum(-1)
+    for head, (ref, q) in enumerate(zip(stored_distributions(reference_logits, used_mask, action),
+                                        evaluation.log_probs, strict=True)):
+        p = ref.log_probs
+        kl = torch.where(ref.mask, p.exp() * (p - q), torch.zeros_like(p)).sum(-1)
         terms.append(torch.where(relevant[..., head], kl, torch.zeros_like(kl)))
     return torch.stack(terms, -1)
 
@@ -250,5 +257,6 @@ __all__ = [
     "sample_factored",
     "evaluate_factored",
     "factored_kl",
+    "stored_distributions",
     "slot_row",
 ]

@@ -156,7 +156,7 @@ def policy_from_checkpoint(payload: dict[str, Any], device: str | torch.device, 
     obs_norm.load_state_dict(payload["normalizers"]["obs"])
     selection = payload.get("selection")
     if not last and selection is not None and selection["best"] is not None:
-        return kept_policy(selection, policy, obs_norm, device)
+        return kept_policy(selection["best"], policy, obs_norm, device)
     return policy.to(device).eval(), obs_norm
 
 

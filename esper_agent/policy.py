@@ -49,7 +49,7 @@ class SequenceEvaluation(NamedTuple):
     entropy: Tensor  # (B, T, num_heads) normalised entropy, 0 for heads irrelevant to the stored op
     available: Tensor  # (B, T, num_heads) bool: head relevant and with >= 2 valid values
     value: Tensor  # (B, T)
-    logits: list[Tensor]  # per head, (B, T, size) or, slot-conditioned, (B, T, num_slots, size)
+    factored: FactoredEvaluation  # the per-head distributions behind the above (their log-probabilities)
 
 
 def _mlp(width: int, out: int) -> nn.Sequential:
@@ -195,9 +195,8 @@ class RecurrentPolicy(nn.Module):
     ) -> SequenceEvaluation:
         """Replay stored sequences (B, T, ...) with gradients: log-probs, entropies and values."""
         core, _ = self.core_sequence(obs, episode_start, state, resets_inside)
-        logits = self.head_logits(core)
-        factored: FactoredEvaluation = evaluate_factored(logits, used_mask, action, self.relevance)
-        return SequenceEvaluation(factored.log_prob, factored.entropy, factored.available, self.value(core), logits)
+        factored: FactoredEvaluation = evaluate_factored(self.head_logits(core), used_mask, action, self.relevance)
+        return SequenceEvaluation(factored.log_prob, factored.entropy, factored.available, self.value(core), factored)
 
     def sequence_logits(self, obs: Tensor, episode_start: Tensor, state: LSTMState, resets_inside: bool = True
                         ) -> list[Tensor]:

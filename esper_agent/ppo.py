@@ -111,7 +111,7 @@ def reference_kl(reference: RecurrentPolicy, ev: SequenceEvaluation, rollout: Ro
     index, state, resets_inside = _rows_start(rollout, rows)
     with torch.no_grad():
         ref_logits = reference.sequence_logits(rollout.obs[index], rollout.episode_start[index], state, resets_inside)
-    return factored_kl(ref_logits, ev.logits, rollout.used_masks[index], rollout.actions[index],
+    return factored_kl(ref_logits, ev.factored, rollout.used_masks[index], rollout.actions[index],
                        reference.relevance).sum(-1)
 
 

@@ -84,21 +84,14 @@ class BestPolicy:
         self.recent = deque((float(x) for x in state["recent"]), maxlen=self.window)
         self.score, self.update, self.best = float(state["score"]), state["update"], state["best"]
 
-    def restore(self, policy: RecurrentPolicy, obs_norm: ObservationNormalizer) -> None:
-        """Load the kept policy into ``policy`` and ``obs_norm`` (built with the trained ones' settings)."""
-        if self.best is None:
-            raise ValueError(f"no window of {self.window} PPO rollouts has finished yet, so no policy was kept")
-        policy.load_state_dict(self.best["policy"])
-        obs_norm.load_state_dict(self.best["obs_norm"])
 
-
-def kept_policy(state: dict[str, Any], like: RecurrentPolicy, obs_norm_like: ObservationNormalizer,
+def kept_policy(kept: Snapshot, like: RecurrentPolicy, obs_norm_like: ObservationNormalizer,
                 device: str | torch.device) -> tuple[RecurrentPolicy, ObservationNormalizer]:
-    """Fresh copies of ``like`` and ``obs_norm_like`` holding the policy a saved :class:`BestPolicy` kept."""
-    tracker = BestPolicy(int(state["window"]))
-    tracker.load_state_dict(state)
+    """Copies of ``like`` and ``obs_norm_like`` (the trained network and normaliser, for their settings) holding
+    the kept snapshot (:attr:`BestPolicy.best`, or a checkpoint's ``selection["best"]``)."""
     policy, obs_norm = copy.deepcopy(like), copy.deepcopy(obs_norm_like)
-    tracker.restore(policy, obs_norm)
+    policy.load_state_dict(kept["policy"])
+    obs_norm.load_state_dict(kept["obs_norm"])
     return policy.to(device).eval(), obs_norm
 
 

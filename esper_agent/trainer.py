@@ -188,7 +188,7 @@ class Trainer:
         normaliser (not copies)."""
         if self.selection is None or self.selection.best is None:
             return self.policy, self.obs_norm
-        return kept_policy(self.selection.state_dict(), self.policy, self.obs_norm, self.device)
+        return kept_policy(self.selection.best, self.policy, self.obs_norm, self.device)
 
     def _learn(self, rollout: Rollout, advantages: Advantages, imitating: bool) -> dict[str, float]:
         """The learning half of an update: imitation of the rollout's (heuristic's) actions, or PPO. Both report
@@ -201,7 +201,7 @@ class Trainer:
         if self.config.imitation_updates > 0 and self.update_index == self.config.imitation_updates:
             self.optimizer.state.clear()  # Adam's moments were those of the imitation loss
         if self.config.reference_kl_coef > 0 and self.reference is None:
-            self.reference = self._frozen(self.policy.state_dict())  # the first PPO update: what PPO starts from
+            self.reference = self._frozen_copy()  # the first PPO update: the policy PPO starts from
         weight = self.reference_weight()
         reference = Reference(self.reference, weight) if self.reference is not None and weight > 0 else None
         batch = TrainBatch(rollout, advantages.advantages, advantages.returns)
@@ -218,11 +218,9 @@ class Trainer:
         done = max(0, self.update_index - cfg.imitation_updates)  # PPO updates before this one
         return cfg.reference_kl_coef * max(0.0, 1.0 - done / cfg.reference_kl_updates)
 
-    def _frozen(self, weights: dict[str, Any]) -> RecurrentPolicy:
-        """A copy of the policy's network holding ``weights``, without gradients."""
-        reference = copy.deepcopy(self.policy)
-        reference.load_state_dict(weights)
-        return reference.requires_grad_(False).eval()
+    def _frozen_copy(self) -> RecurrentPolicy:
+        """A copy of the policy's network, without gradients."""
+        return copy.deepcopy(self.policy).requires_grad_(False).eval()
 
     def _shape(self) -> dict[str, int]:
         return {"obs_dim": self.driver.obs_dim, "num_slots": self.driver.num_slots,
@@ -266,7 +264,8 @@ class Trainer:
         if self.selection is not None and state.get("selection") is not None:
             self.selection.load_state_dict(state["selection"])
         if state.get("reference") is not None:
-            self.reference = self._frozen(state["reference"])
+            self.reference = self._frozen_copy()
+            self.reference.load_state_dict(state["reference"])
 
     def _load_sample_state(self, rng: dict[str, Any], saved_world_size: int) -> None:
         """Each rank continues its own action-sampling stream; with another number of ranks than the checkpoint's,

@@ -233,8 +233,9 @@ def test_factored_kl_is_each_heads_kl_along_the_stored_action() -> None:
     ref = [torch.randn(32, n, generator=g) for n in SIZES]
     cur = [torch.randn(32, n, generator=g) for n in SIZES]
     sample = sample_factored(cur, masks, RELEVANCE, g)
-    kl = factored_kl(ref, cur, sample.used_mask, sample.action, RELEVANCE)
-    assert torch.equal(factored_kl(cur, cur, sample.used_mask, sample.action, RELEVANCE), torch.zeros_like(kl))
+    current = evaluate_factored(cur, sample.used_mask, sample.action, RELEVANCE)
+    kl = factored_kl(ref, current, sample.used_mask, sample.action, RELEVANCE)
+    assert torch.equal(factored_kl(cur, current, sample.used_mask, sample.action, RELEVANCE), torch.zeros_like(kl))
     op_mask = sample.used_mask[:, : SIZES[0]]
     p, q = (torch.distributions.Categorical(logits=lg.masked_fill(~op_mask, -math.inf)) for lg in (ref[0], cur[0]))
     torch.testing.assert_close(kl[:, 0], torch.distributions.kl_divergence(p, q))  # the op head: its whole KL
@@ -254,5 +255,6 @@ def test_factored_kl_reads_the_stored_slots_row_of_a_slot_conditioned_head() -> 
     sample = sample_factored(cur, masks, RELEVANCE, g)
     other = (sample.action[:, Head.SLOT] + 1) % NUM_SLOTS
     cur[blueprint][torch.arange(16), other] += torch.randn(16, SIZES[blueprint], generator=g)  # ... but unused rows
-    kl = factored_kl(ref, cur, sample.used_mask, sample.action, RELEVANCE)
+    current = evaluate_factored(cur, sample.used_mask, sample.action, RELEVANCE)
+    kl = factored_kl(ref, current, sample.used_mask, sample.action, RELEVANCE)
     assert torch.equal(kl, torch.zeros_like(kl))
