@@ -10,7 +10,10 @@ an evaluation env seeded apart from training, deterministic actions, test accura
 ``<out>/<env>/<arm>/seed<k>.json`` (its episodes' timelines in ``seed<k>-records.json.gz``) plus one timeline PNG
 per evaluated episode. An esper_agent run with ``select_best_window`` in ``--agent-kwargs`` is evaluated with the
 policy its training kept (:mod:`esper_agent.selection`), and its last policy plays the same episodes too
-(``last_policy_episodes`` in the slice, the "(last policy)" row of the report). Seed ``k``'s evaluation episodes
+(``last_policy_episodes`` in the slice, the "(last policy)" row of the report). With ``--eval-sampled`` a learning
+arm's policy also plays the same episodes with actions sampled from it instead of its argmax
+(``sampled_episodes``, the "(sampled actions)" row): PPO trains the sampled policy, and its argmax is another
+policy, which can differ where the sampled one leans on actions it takes rarely. Seed ``k``'s evaluation episodes
 reset from ``EVAL_SEED_OFFSET + k * stride + i`` (``--eval-seed-stride``, default 1000): every arm plays the same
 episodes for one seed (paired), and different seeds play different episodes. Campaigns before 2026-11-27 used
 stride 1, so seed k+1 replayed all but one of seed k's episodes; ``compare_report`` counts only episodes no other
@@ -74,21 +77,23 @@ EVAL_CHUNK = 16
 class Sb3Actor:
     """A trained MaskablePPO model as an Actor on the native env (joint indices mapped back to heads)."""
 
-    def __init__(self, model: Any, flatten: bool, num_slots: int) -> None:
+    def __init__(self, model: Any, flatten: bool, num_slots: int, deterministic: bool = True) -> None:
         self.model, self.flatten, self.table = model, flatten, joint_actions(num_slots)
+        self.deterministic = deterministic
 
     def reset(self, num_envs: int) -> None:
         del num_envs
 
     def act(self, obs: np.ndarray, masks: ActionMasks, episode_start: np.ndarray) -> np.ndarray:
         flat = joint_masks(masks.op_slot, masks.blueprint, masks.blend) if self.flatten else np.asarray(masks.flat)
-        actions, _ = self.model.predict(obs, action_masks=flat, deterministic=True)
+        actions, _ = self.model.predict(obs, action_masks=flat, deterministic=self.deterministic)
         return self.table[actions] if self.flatten else np.asarray(actions, dtype=np.int64)
 
 
 @dataclass
 class Trained:
-    """What a slice evaluates: the arm's actor, its training curve and seconds; for an esper_agent run with
+    """What a slice evaluates: the arm's actor, its training curve and seconds; for a learning arm, the same
+    policy sampling its actions (``sampled_actor``, evaluated with ``--eval-sampled``); for an esper_agent run with
     ``select_best_window``, also the last policy trained (``last_actor``, evaluated on the same episodes, so the
     slice shows what the choice changed) and which policy was kept (``selection``)."""
 
@@ -97,6 +102,7 @@ class Trained:
     train_seconds: float = 0.0
     last_actor: Any = None
     selection: dict[str, Any] | None = None
+    sampled_actor: Any = None
 
 
 class Paused(Exception):
@@ -161,12 +167,14 @@ def train_esper_agent(args: argparse.Namespace, seed: int, folder: Path) -> Trai
     envs.close()
     saved.unlink(missing_ok=True)  # the slice about to be written replaces it
     last = PolicyActor(trainer.policy.eval(), trainer.obs_norm, deterministic=True, seed=seed)
+    handed_out = trainer.selected_policy()  # the kept policy, else the last
+    sampled = PolicyActor(*handed_out, deterministic=False, seed=seed)
     if trainer.selection is None or trainer.selection.best is None:
-        return Trained(last, curve, clock.total_s())
-    kept = PolicyActor(*trainer.selected_policy(), deterministic=True, seed=seed)
+        return Trained(last, curve, clock.total_s(), sampled_actor=sampled)
+    kept = PolicyActor(*handed_out, deterministic=True, seed=seed)
     selection = {"window": trainer.selection.window, "update": trainer.selection.update,
                  "window_return_mean": trainer.selection.score}
-    return Trained(kept, curve, clock.total_s(), last_actor=last, selection=selection)
+    return Trained(kept, curve, clock.total_s(), last_actor=last, selection=selection, sampled_actor=sampled)
 
 
 def train_maskable(args: argparse.Namespace, seed: int, flatten: bool, folder: Path) -> Trained:
@@ -227,7 +235,9 @@ def train_maskable(args: argparse.Namespace, seed: int, flatten: bool, folder: P
     env.close()
     saved.unlink(missing_ok=True)
     saved_curve.unlink(missing_ok=True)
-    return Trained(Sb3Actor(model, flatten, _env_config(args).num_slots), curve, clock.total_s())
+    slots = _env_config(args).num_slots
+    return Trained(Sb3Actor(model, flatten, slots), curve, clock.total_s(),
+                   sampled_actor=Sb3Actor(model, flatten, slots, deterministic=False))
 
 
 def _save_maskable(model: Any, saved: Path, saved_curve: Path, record: dict[str, Any]) -> None:
@@ -301,6 +311,10 @@ def run_slice(arm: str, seed: int, args: argparse.Namespace, folder: Path) -> di
     if trained.last_actor is not None:
         extra = {"selection": trained.selection, "last_policy_episodes": evaluate(trained.last_actor, args, seed)[0],
                  "last_policy_eval_seconds": time.perf_counter() - finished}
+    if args.eval_sampled and trained.sampled_actor is not None:
+        started = time.perf_counter()
+        extra |= {"sampled_episodes": evaluate(trained.sampled_actor, args, seed)[0],
+                  "sampled_eval_seconds": time.perf_counter() - started}
     for k, record in enumerate(records):
         write_episode_png(record, folder / f"seed{seed}-episode{k}.png", title=f"{arm}, seed {seed}, episode {k}")
     write_contact_sheet(records, folder / f"seed{seed}-sheet.png", title=f"{arm} on {args.env}, seed {seed}")
@@ -350,6 +364,8 @@ def main(argv: list[str] | None = None) -> None:
                         "two seeds share: S seeds of N episodes each keep (N + S - 1) // S per seed)")
     parser.add_argument("--time-limit-s", type=float, default=None, help="a learning slice that has trained this "
                         "many seconds in this run saves its state and stops; rerunning continues it (default: none)")
+    parser.add_argument("--eval-sampled", action="store_true", help="learning arms also play the evaluation "
+                        "episodes with actions sampled from their policy, not its argmax (sampled_episodes)")
     parser.add_argument("--agent-kwargs", default="{}", help="JSON AgentConfig overrides for esper_agent")
     parser.add_argument("--agent-device", default="auto", help="cpu, cuda or auto (cuda when there is a GPU)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/compare"))

@@ -16,9 +16,11 @@ objective the learning arms maximise, in percentage points); "grown" is the most
 the end of an evaluation episode, slot by slot, with its share of episodes. A second table gives every
 (arm, seed). An esper_agent arm trained with ``select_best_window`` is scored with the policy its training kept
 (the per-seed table names the update whose rollout that policy collected), and gets a second row, "(last
-policy)", for its last policy on the same episodes. Writes ``summary.json``, ``table.md``, ``curves.png`` and,
-for each learning arm whose slices recorded the PPO telemetry (esper_agent), ``telemetry-<arm>.png`` (op
-histogram, entropy per head, KL, explained variance per update) into the folder.
+policy)", for its last policy on the same episodes; a learning arm run with ``compare_agents --eval-sampled``
+gets a row "(sampled actions)" for its policy sampling its actions on the same episodes. Writes
+``summary.json``, ``table.md``, ``curves.png`` and, for each learning arm whose slices recorded the PPO telemetry
+(esper_agent), ``telemetry-<arm>.png`` (op histogram, entropy per head, KL, explained variance per update) into
+the folder.
 """
 
 from __future__ import annotations
@@ -56,18 +58,29 @@ def load_slices(folder: Path) -> dict[str, list[dict]]:
     return dict(sorted(arms.items(), key=lambda kv: (_rank(kv[0]), kv[0])))
 
 
-def with_last_policies(arms: dict[str, list[dict]]) -> dict[str, list[dict]]:
-    """``arms`` plus, after each arm whose slices also played their last policy (esper_agent with
-    ``select_best_window``: ``last_policy_episodes``), a row ``<arm> (last policy)`` scored on those episodes,
-    which are the same episodes as the kept policy's, so the two rows show what the choice changed (its "grown"
-    is n/a: only the kept policy's timelines are saved)."""
+ALTERNATE_EVALUATIONS = (("last_policy_episodes", "last policy"), ("sampled_episodes", "sampled actions"))
+"""Other evaluations a slice may hold, each on the same episodes as its own, with the name of its row."""
+
+
+def with_alternate_evaluations(arms: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """``arms`` plus, after each arm whose slices also hold an evaluation of :data:`ALTERNATE_EVALUATIONS`, a row
+    ``<arm> (<name>)`` scored on those episodes, which are the same as the arm's own, so the two rows show what
+    the difference changed (its "grown" is n/a: only the arm's own timelines are saved):
+
+    - ``last_policy_episodes``: esper_agent with ``select_best_window`` also played its last policy. A seed that
+      kept nothing played its last policy as its own, and its row counts those episodes;
+    - ``sampled_episodes``: with ``compare_agents --eval-sampled``, the policy sampled its actions. Seeds run
+      without it are left out of that row."""
     out: dict[str, list[dict]] = {}
     for arm, slices in arms.items():
         out[arm] = slices
-        if any("last_policy_episodes" in s for s in slices):  # a seed that kept nothing played its last policy
-            out[f"{arm} (last policy)"] = [{k: v for k, v in s.items() if k not in ("episode_records", "selection")}
-                                           | {"episodes": s.get("last_policy_episodes", s["episodes"])}
-                                           for s in slices]
+        for key, name in ALTERNATE_EVALUATIONS:
+            if not any(key in s for s in slices):
+                continue
+            played = slices if key == "last_policy_episodes" else [s for s in slices if key in s]
+            dropped = ("episode_records", "selection") if key == "last_policy_episodes" else ("episode_records",)
+            out[f"{arm} ({name})"] = [{k: v for k, v in s.items() if k not in dropped}
+                                      | {"episodes": s.get(key, s["episodes"])} for s in played]
     return out
 
 
@@ -311,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
     arms = load_slices(args.folder)
     if not arms:
         raise SystemExit(f"no slices (<arm>/seed<k>.json) under {args.folder}")
-    rows = summarize(with_last_policies(arms))
+    rows = summarize(with_alternate_evaluations(arms))
     env = args.folder.name
     (args.folder / "summary.json").write_text(json.dumps(rows, indent=1, default=float))
     (args.folder / "table.md").write_text(markdown(rows, env))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU session for slices of the head-to-head on real CIFAR-10 (benchmarks.compare_agents; slices are resumable).
-# Usage: ESPER_DATA_DIR=<shards> [R=<results folder>] [SEEDS="0 1"] [BUDGET=4000] [NUM_ENVS=8] [EVAL=8] [TIME_LIMIT=s] \
+# Usage: ESPER_DATA_DIR=<shards> [R=<results folder>] [SEEDS="0 1"] [BUDGET=4000] [NUM_ENVS=8] [EVAL=8] [TIME_LIMIT=s] [EVAL_SAMPLED=1] \
 #          [ENV_KWARGS='{}'] \
 #          [AGENT='{...}'] [LABEL=...] bash benchmarks/gpu_compare.sh baselines|agent|maskable_flat|maskable_multidiscrete
 #        ... [ARMS="esper_agent maskable_flat ..."] [GPU_OFFSET=0] bash benchmarks/gpu_compare.sh spread
@@ -15,6 +15,8 @@
 # the first one loads least.
 # GPUS: the GPU of each process in turn, in the order (arm, seed) are dealt, e.g. GPUS="0 0 1 1 2" for five seeds
 # (repeated from its start if shorter): for loads that round-robin spreads badly; overrides GPU_OFFSET.
+# EVAL_SAMPLED=1: learning arms also play the evaluation episodes with sampled actions (compare_agents
+# --eval-sampled; the report's "(sampled actions)" rows).
 # TIME_LIMIT: seconds of training in this run (a continued slice gets as many again) after which each learning
 # slice saves its state in $R and stops (compare_agents --time-limit-s), so that a budget longer than one session's device time goes on in the next session: commit $R
 # with its saved states, copy it back to the same $R on the GPU machine, and run the same command again.
@@ -30,7 +32,7 @@ compare() {  # compare <arms> <seeds> [extra args...]: one compare_agents proces
   shift 2
   python3 -m benchmarks.compare_agents --env "$ENV_ID" --env-kwargs "${ENV_KWARGS:-{\}}" --arms $arms \
     --seeds $seeds --num-envs "${NUM_ENVS:-8}" --budget-epochs "${BUDGET:-4000}" --eval-episodes "${EVAL:-8}" \
-    ${TIME_LIMIT:+--time-limit-s "$TIME_LIMIT"} --out "$R" "$@"
+    ${TIME_LIMIT:+--time-limit-s "$TIME_LIMIT"} ${EVAL_SAMPLED:+--eval-sampled} --out "$R" "$@"
 }
 
 deal() {  # deal <arms...>: every (arm, seed) its own process, round-robin over the visible GPUs; wait for all

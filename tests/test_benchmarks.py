@@ -78,6 +78,34 @@ def test_an_agent_arm_with_selection_plays_the_kept_and_the_last_policy_on_the_s
     assert f" | {kept} |" in next(line for line in table.splitlines() if line.startswith("| esper_agent | 0 |"))
 
 
+def test_eval_sampled_plays_the_same_episodes_with_sampled_actions(tmp_path, monkeypatch):
+    torch.set_num_threads(1)
+    evaluate, played = compare_agents.evaluate, []
+
+    def recording(actor, args, seed):  # which actor played (3-epoch episodes end alike whatever it does)
+        played.append(actor.deterministic)
+        return evaluate(actor, args, seed)
+
+    monkeypatch.setattr(compare_agents, "evaluate", recording)
+    compare_agents.main(["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--seeds", "0", "1",
+                         "--eval-episodes", "4", "--num-envs", "2", "--out", str(tmp_path), "--arms", "esper_agent",
+                         "--budget-epochs", "6", "--agent-device", "cpu", "--agent-kwargs",
+                         json.dumps({"hidden_size": 16})])  # seed 1 without the flag: left out of the row
+    folder = tmp_path / "Esper-Synthetic-v0"
+    compare_agents.main(["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--seeds", "2",
+                         "--eval-episodes", "4", "--num-envs", "2", "--out", str(tmp_path), "--arms", "esper_agent",
+                         "--budget-epochs", "6", "--agent-device", "cpu", "--agent-kwargs",
+                         json.dumps({"hidden_size": 16}), "--eval-sampled"])
+    slice_ = json.loads((folder / "esper_agent" / "seed2.json").read_text())
+    sampled, argmax = slice_["sampled_episodes"], slice_["episodes"]
+    assert [e["env_seed"] for e in sampled] == [e["env_seed"] for e in argmax]
+    assert played == [True, True, True, False]  # seeds 0 and 1 argmax only; seed 2 argmax, then sampled
+    assert "sampled_episodes" not in json.loads((folder / "esper_agent" / "seed0.json").read_text())
+    compare_report.main([str(folder)])
+    table = (folder / "table.md").read_text()
+    assert "| esper_agent | 3 |" in table and "| esper_agent (sampled actions) | 1 |" in table
+
+
 def test_a_paused_agent_slice_continues_exactly_where_it_stopped(tmp_path, capsys):
     torch.set_num_threads(1)
     common = ["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--seeds", "0", "--eval-episodes", "2",
