@@ -17,6 +17,9 @@ case ${1:-} in
     echo "started in the background: $*" ;;
   poll)
     : "${OUT:?set OUT to the folder whose files come back}"
+    if [[ ! -f $RES/started ]]; then  # e.g. a fresh machine: the one that ran the campaign was handed back
+      echo "no campaign was started under $RES on this machine"; exit 3
+    fi
     end=$((SECONDS + ${2:-540}))
     while (( SECONDS < end )) && [[ ! -f $RES/DONE ]]; do sleep 10; done
     echo "running for $(( $(date +%s) - $(cat "$RES/started") )) s; $(cat "$RES/DONE" 2>/dev/null || echo 'not done')"
