@@ -90,7 +90,7 @@ def test_eval_sampled_plays_the_same_episodes_with_sampled_actions(tmp_path, mon
     compare_agents.main(["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--seeds", "0", "1",
                          "--eval-episodes", "4", "--num-envs", "2", "--out", str(tmp_path), "--arms", "esper_agent",
                          "--budget-epochs", "6", "--agent-device", "cpu", "--agent-kwargs",
-                         json.dumps({"hidden_size": 16})])  # seed 1 without the flag: left out of the row
+                         json.dumps({"hidden_size": 16})])  # seeds 0 and 1 without the flag: left out of the row
     folder = tmp_path / "Esper-Synthetic-v0"
     compare_agents.main(["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--seeds", "2",
                          "--eval-episodes", "4", "--num-envs", "2", "--out", str(tmp_path), "--arms", "esper_agent",
