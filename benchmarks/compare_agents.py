@@ -6,20 +6,19 @@ marginal masks), ``heuristic``, ``random`` (uniform over valid joint actions) an
 
 Each (arm, seed) is one resumable slice: it trains (learning arms) for ``--budget-epochs`` host epochs (the
 expensive unit: one sub-env step = one host epoch), then evaluates ``--eval-episodes`` episodes (one per sub-env of
-an evaluation env seeded apart from training, deterministic actions, test accuracy measured at the end) and writes
+an evaluation env seeded apart from training, argmax actions, test accuracy measured at the end) and writes
 ``<out>/<env>/<arm>/seed<k>.json`` (its episodes' timelines in ``seed<k>-records.json.gz``) plus one timeline PNG
 per evaluated episode. An esper_agent run with ``select_best_window`` in ``--agent-kwargs`` is evaluated with the
 policy its training kept (:mod:`esper_agent.selection`), and its last policy plays the same episodes too
 (``last_policy_episodes`` in the slice, the "(last policy)" row of the report). With ``--eval-sampled`` a learning
-arm's policy also plays the same episodes with actions sampled from it instead of its argmax
-(``sampled_episodes``, the "(sampled actions)" row): PPO trains the sampled policy, and its argmax is another
-policy, which can differ where the sampled one leans on actions it takes rarely. Seed ``k``'s evaluation episodes
-reset from ``EVAL_SEED_OFFSET + k * stride + i`` (``--eval-seed-stride``, default 1000): every arm plays the same
-episodes for one seed (paired), and different seeds play different episodes. Campaigns before 2026-11-27 used
-stride 1, so seed k+1 replayed all but one of seed k's episodes; ``compare_report`` counts only episodes no other
-seed of the arm is credited with, which makes both kinds of slice valid. Existing slices are skipped, so a
-campaign larger than one session's device time is split over sessions; ``benchmarks/compare_report.py`` rebuilds
-the table and learning curves from every committed slice.
+arm also plays the same episodes sampling its actions (``sampled_episodes``, the "(sampled actions)" row): PPO
+trains the sampled policy, and its argmax can differ where it leans on rare actions. Seed ``k``'s evaluation
+episodes reset from ``EVAL_SEED_OFFSET + k * stride + i`` (``--eval-seed-stride``, default 1000): every arm plays
+the same episodes for one seed (paired), and different seeds play different episodes. Campaigns before 2026-11-27
+used stride 1, so seed k+1 replayed all but one of seed k's episodes; ``compare_report`` counts only episodes no
+other seed of the arm is credited with, which makes both kinds of slice valid. Existing slices are skipped, so a
+campaign larger than one session's device time is split over sessions; ``benchmarks/compare_report.py`` rebuilds the
+table and learning curves from every committed slice.
 
 A learning arm's training can itself span sessions: with ``--time-limit-s``, a slice that has trained that long in
 this run saves its training state beside its folder's slices (``seed<k>.ckpt`` for esper_agent, ``seed<k>.sb3.zip``
@@ -235,9 +234,8 @@ def train_maskable(args: argparse.Namespace, seed: int, flatten: bool, folder: P
     env.close()
     saved.unlink(missing_ok=True)
     saved_curve.unlink(missing_ok=True)
-    slots = _env_config(args).num_slots
-    return Trained(Sb3Actor(model, flatten, slots), curve, clock.total_s(),
-                   sampled_actor=Sb3Actor(model, flatten, slots, deterministic=False))
+    argmax, sampled = (Sb3Actor(model, flatten, _env_config(args).num_slots, greedy) for greedy in (True, False))
+    return Trained(argmax, curve, clock.total_s(), sampled_actor=sampled)
 
 
 def _save_maskable(model: Any, saved: Path, saved_curve: Path, record: dict[str, Any]) -> None:
