@@ -41,6 +41,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +50,12 @@ import numpy as np
 
 import esper_env  # noqa: F401
 from benchmarks.growth_screen import json_safe
+from benchmarks.sb3_actor import Sb3Actor
 from benchmarks.throughput import device_name
 from esper_agent.baselines import RandomValidActor, StaticActor
 from esper_agent.checkpoint import load_checkpoint, save_checkpoint
 from esper_agent.collect import rollout_seed
 from esper_agent.config import AgentConfig
-from esper_agent.distributions import ActionMasks
 from esper_agent.envs import VectorEnvDriver
 from esper_agent.evaluate import PolicyActor, TimelineRecorder, run_episodes
 from esper_agent.heuristic import HeuristicActor
@@ -63,7 +64,6 @@ from esper_agent.trainer import Trainer
 from esper_env.config import EnvConfig
 from esper_env.render import EpisodeRecord, write_contact_sheet, write_episode_png
 from esper_env.spaces import head_sizes
-from esper_env.wrappers import joint_actions, joint_masks
 
 ARMS = ("esper_agent", "maskable_flat", "maskable_multidiscrete", "heuristic", "random", "static")
 LEARNING_ARMS = ("esper_agent", "maskable_flat", "maskable_multidiscrete")
@@ -71,22 +71,6 @@ EVAL_SEED_OFFSET = 100_000  # evaluation envs never replay a training seed
 # Sub-envs of one evaluation env: on the GPU each holds its own CUDA-graph memory pools (about 0.8 GB on the
 # two-block Fast host), and 48 at once in each of four processes ran an H200 out of memory.
 EVAL_CHUNK = 16
-
-
-class Sb3Actor:
-    """A trained MaskablePPO model as an Actor on the native env (joint indices mapped back to heads)."""
-
-    def __init__(self, model: Any, flatten: bool, num_slots: int, deterministic: bool = True) -> None:
-        self.model, self.flatten, self.table = model, flatten, joint_actions(num_slots)
-        self.deterministic = deterministic
-
-    def reset(self, num_envs: int) -> None:
-        del num_envs
-
-    def act(self, obs: np.ndarray, masks: ActionMasks, episode_start: np.ndarray) -> np.ndarray:
-        flat = joint_masks(masks.op_slot, masks.blueprint, masks.blend) if self.flatten else np.asarray(masks.flat)
-        actions, _ = self.model.predict(obs, action_masks=flat, deterministic=self.deterministic)
-        return self.table[actions] if self.flatten else np.asarray(actions, dtype=np.int64)
 
 
 @dataclass
@@ -234,8 +218,8 @@ def train_maskable(args: argparse.Namespace, seed: int, flatten: bool, folder: P
     env.close()
     saved.unlink(missing_ok=True)
     saved_curve.unlink(missing_ok=True)
-    argmax, sampled = (Sb3Actor(model, flatten, _env_config(args).num_slots, greedy) for greedy in (True, False))
-    return Trained(argmax, curve, clock.total_s(), sampled_actor=sampled)
+    actor = partial(Sb3Actor, model, flatten, _env_config(args).num_slots)
+    return Trained(actor(), curve, clock.total_s(), sampled_actor=actor(deterministic=False, seed=seed))
 
 
 def _save_maskable(model: Any, saved: Path, saved_curve: Path, record: dict[str, Any]) -> None:

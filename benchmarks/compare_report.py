@@ -58,29 +58,33 @@ def load_slices(folder: Path) -> dict[str, list[dict]]:
     return dict(sorted(arms.items(), key=lambda kv: (_rank(kv[0]), kv[0])))
 
 
-ALTERNATE_EVALUATIONS = (("last_policy_episodes", "last policy"), ("sampled_episodes", "sampled actions"))
-"""Other evaluations a slice may hold, each on the same episodes as its own, with the name of its row."""
+ALTERNATE_EVALUATIONS = (("last_policy", "last policy"), ("sampled", "sampled actions"))
+"""Other evaluations a slice may hold (``<key>_episodes`` and ``<key>_eval_seconds``), each on the same episodes
+as its own, with the name of its row."""
 
 
 def with_alternate_evaluations(arms: dict[str, list[dict]]) -> dict[str, list[dict]]:
     """``arms`` plus, after each arm whose slices also hold an evaluation of :data:`ALTERNATE_EVALUATIONS`, a row
-    ``<arm> (<name>)`` scored on those episodes, which are the same as the arm's own, so the two rows show what
-    the difference changed (its "grown" is n/a: only the arm's own timelines are saved):
+    ``<arm> (<name>)`` scored on those episodes (its "grown" is n/a: only the arm's own timelines are saved; its
+    seconds are that evaluation's):
 
-    - ``last_policy_episodes``: esper_agent with ``select_best_window`` also played its last policy. A seed that
-      kept nothing played its last policy as its own, and its row counts those episodes;
-    - ``sampled_episodes``: with ``compare_agents --eval-sampled``, the policy sampled its actions. Seeds run
-      without it are left out of that row."""
+    - ``last_policy``: esper_agent with ``select_best_window`` also played its last policy. A seed that kept
+      nothing played its last policy as its own, and its row counts those episodes, so the row has the arm's
+      seeds and shows what the choice changed;
+    - ``sampled``: with ``compare_agents --eval-sampled``, the policy sampled its actions. Seeds run without it
+      are left out, so the row may have fewer seeds than the arm's: compare it with the per-seed table."""
     out: dict[str, list[dict]] = {}
     for arm, slices in arms.items():
         out[arm] = slices
         for key, name in ALTERNATE_EVALUATIONS:
-            if not any(key in s for s in slices):
+            episodes, seconds = f"{key}_episodes", f"{key}_eval_seconds"
+            if not any(episodes in s for s in slices):
                 continue
-            played = slices if key == "last_policy_episodes" else [s for s in slices if key in s]
-            dropped = ("episode_records", "selection") if key == "last_policy_episodes" else ("episode_records",)
+            played = slices if key == "last_policy" else [s for s in slices if episodes in s]
+            dropped = ("episode_records", "selection") if key == "last_policy" else ("episode_records",)
             out[f"{arm} ({name})"] = [{k: v for k, v in s.items() if k not in dropped}
-                                      | {"episodes": s.get(key, s["episodes"])} for s in played]
+                                      | {"episodes": s.get(episodes, s["episodes"]),
+                                         "eval_seconds": s.get(seconds, s["eval_seconds"])} for s in played]
     return out
 
 

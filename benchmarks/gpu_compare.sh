@@ -15,7 +15,7 @@
 # the first one loads least.
 # GPUS: the GPU of each process in turn, in the order (arm, seed) are dealt, e.g. GPUS="0 0 1 1 2" for five seeds
 # (repeated from its start if shorter): for loads that round-robin spreads badly; overrides GPU_OFFSET.
-# EVAL_SAMPLED=1: learning arms also play the evaluation episodes with sampled actions (compare_agents
+# EVAL_SAMPLED=1 (any other value: off): learning arms also play the evaluation episodes with sampled actions (compare_agents
 # --eval-sampled; the report's "(sampled actions)" rows).
 # TIME_LIMIT: seconds of training in this run (a continued slice gets as many again) after which each learning
 # slice saves its state in $R and stops (compare_agents --time-limit-s), so that a budget longer than one session's device time goes on in the next session: commit $R
@@ -28,11 +28,12 @@ ENV_ID=${ENV_ID:-Esper-CIFAR10-Fast-v0}
 RECIPE=$(cat benchmarks/agent_recipe.json)  # the agent recipe that learned on Esper-Synthetic-v0 (README)
 
 compare() {  # compare <arms> <seeds> [extra args...]: one compare_agents process on this script's settings
-  local arms=$1 seeds=$2
+  local arms=$1 seeds=$2 sampled=()
   shift 2
+  [[ ${EVAL_SAMPLED:-0} == 1 ]] && sampled=(--eval-sampled)
   python3 -m benchmarks.compare_agents --env "$ENV_ID" --env-kwargs "${ENV_KWARGS:-{\}}" --arms $arms \
     --seeds $seeds --num-envs "${NUM_ENVS:-8}" --budget-epochs "${BUDGET:-4000}" --eval-episodes "${EVAL:-8}" \
-    ${TIME_LIMIT:+--time-limit-s "$TIME_LIMIT"} ${EVAL_SAMPLED:+--eval-sampled} --out "$R" "$@"
+    ${TIME_LIMIT:+--time-limit-s "$TIME_LIMIT"} "${sampled[@]}" --out "$R" "$@"
 }
 
 deal() {  # deal <arms...>: every (arm, seed) its own process, round-robin over the visible GPUs; wait for all

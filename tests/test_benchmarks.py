@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
 from benchmarks import compare_agents, compare_report, grouped, host_alone, imitation_probe
+from benchmarks.sb3_actor import Sb3Actor
 from esper_env.host import HostModel
 
 # report_test_accuracy may be named in --env-kwargs: evaluation measures the test set whatever it says
@@ -106,6 +109,36 @@ def test_eval_sampled_plays_the_same_episodes_with_sampled_actions(tmp_path, mon
     assert "| esper_agent | 3 |" in table and "| esper_agent (sampled actions) | 1 |" in table
 
 
+class _SamplingModel:
+    """Stands in for a MaskablePPO model: samples from torch's global stream unless deterministic."""
+
+    def __init__(self):
+        self.calls = []
+
+    def predict(self, obs, action_masks, deterministic):
+        self.calls.append(deterministic)
+        if deterministic:
+            return np.zeros((len(obs), 5), np.int64), None
+        return torch.randint(0, 1000, (len(obs), 5)).numpy(), None
+
+
+def test_a_sampling_sb3_actor_draws_from_its_own_seeded_stream():
+    obs, masks, starts = np.zeros((2, 4), np.float32), SimpleNamespace(flat=np.ones((2, 9), bool)), np.ones(2, bool)
+
+    def draws(seed):
+        actor = Sb3Actor(_SamplingModel(), flatten=False, num_slots=1, deterministic=False, seed=seed)
+        return [actor.act(obs, masks, starts).tolist() for _ in range(3)]
+
+    torch.manual_seed(0)
+    first = draws(7)
+    state = torch.get_rng_state()
+    again = draws(7)
+    assert torch.equal(torch.get_rng_state(), state)  # torch's own stream is left where it was
+    assert first == again and first[0] != first[1] and draws(8) != first
+    argmax = Sb3Actor(_SamplingModel(), flatten=False, num_slots=1)
+    assert argmax.act(obs, masks, starts).tolist() == [[0] * 5] * 2 and argmax.model.calls == [True]
+
+
 def test_a_paused_agent_slice_continues_exactly_where_it_stopped(tmp_path, capsys):
     torch.set_num_threads(1)
     common = ["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--seeds", "0", "--eval-episodes", "2",
@@ -136,10 +169,11 @@ def test_a_paused_maskable_slice_continues_to_its_budget(tmp_path, capsys):
     compare_agents.main([*args, "--time-limit-s", "0"])  # one rollout of 2 sub-envs x 3 steps, then it pauses
     assert "paused at 6/12 host epochs" in capsys.readouterr().out
     assert (folder / "seed0.sb3.zip").exists() and not (folder / "seed0.json").exists()
-    compare_agents.main(args)
+    compare_agents.main([*args, "--eval-sampled"])
     assert "continues from 6 host epochs" in capsys.readouterr().out
     slice_ = json.loads((folder / "seed0.json").read_text())
     assert [p["host_epochs"] for p in slice_["curve"]] == [6, 6, 12, 12]  # each sub-env's episode per rollout
+    assert [e["env_seed"] for e in slice_["sampled_episodes"]] == [e["env_seed"] for e in slice_["episodes"]]
     assert not (folder / "seed0.sb3.zip").exists() and not (folder / "seed0.curve.json").exists()
 
 

@@ -52,3 +52,12 @@ def test_spread_places_each_process_on_the_gpus_named(tmp_path: Path) -> None:
     # dealt in order (flat 0, flat 1, multidiscrete 0, multidiscrete 1); GPUS repeats from its start
     assert found == {"maskable_flat-0": "3", "maskable_flat-1": "3", "maskable_multidiscrete-0": "0",
                      "maskable_multidiscrete-1": "3"}
+
+
+def test_eval_sampled_is_passed_on_only_when_set_to_1(tmp_path: Path) -> None:
+    for value, passed in (("1", True), ("0", False)):
+        folder = tmp_path / value
+        folder.mkdir()
+        placements(folder, ARMS="maskable_flat", SEEDS="0", EVAL_SAMPLED=value)
+        log = (folder / "results" / "logs" / "maskable_flat-0.log").read_text()
+        assert ("--eval-sampled" in log) == passed

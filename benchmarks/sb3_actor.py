@@ -1,0 +1,41 @@
+"""A trained Stable-Baselines3 model (MaskablePPO) as an :class:`~esper_agent.baselines.Actor` on the native env,
+so that the head-to-head evaluates it with the same episode driver as every other arm."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from esper_agent.distributions import ActionMasks
+from esper_env.wrappers import joint_actions, joint_masks
+
+
+class Sb3Actor:
+    """``model`` acting on the native env: flat joint indices (``flatten``, exact masks) mapped back to the heads,
+    or MultiDiscrete heads (marginal masks) as they are.
+
+    Argmax actions by default. With ``deterministic=False`` it samples, and each step's draw comes from a torch
+    stream seeded by (``seed``, step) inside ``torch.random.fork_rng``: SB3 samples from torch's global stream,
+    which training left in a state that depends on where a run was paused, and drawing from it here would also
+    shift the draws of anything that runs later. The model must be on the CPU (compare_agents trains it there):
+    only the CPU stream is forked."""
+
+    def __init__(self, model: Any, flatten: bool, num_slots: int, deterministic: bool = True, seed: int = 0) -> None:
+        self.model, self.flatten, self.table = model, flatten, joint_actions(num_slots)
+        self.deterministic, self.seed, self.steps = deterministic, seed, 0
+
+    def reset(self, num_envs: int) -> None:
+        del num_envs
+
+    def act(self, obs: np.ndarray, masks: ActionMasks, episode_start: np.ndarray) -> np.ndarray:
+        flat = joint_masks(masks.op_slot, masks.blueprint, masks.blend) if self.flatten else np.asarray(masks.flat)
+        if self.deterministic:
+            actions, _ = self.model.predict(obs, action_masks=flat, deterministic=True)
+        else:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(self.seed * 1_000_003 + self.steps)
+                actions, _ = self.model.predict(obs, action_masks=flat, deterministic=False)
+            self.steps += 1
+        return self.table[actions] if self.flatten else np.asarray(actions, dtype=np.int64)
