@@ -32,6 +32,7 @@ import math
 import re
 from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -58,33 +59,39 @@ def load_slices(folder: Path) -> dict[str, list[dict]]:
     return dict(sorted(arms.items(), key=lambda kv: (_rank(kv[0]), kv[0])))
 
 
-ALTERNATE_EVALUATIONS = (("last_policy", "last policy"), ("sampled", "sampled actions"))
-"""Other evaluations a slice may hold (``<key>_episodes`` and ``<key>_eval_seconds``), each on the same episodes
-as its own, with the name of its row."""
+class Alternate(NamedTuple):
+    """Another evaluation a slice may hold (``<key>_episodes``, ``<key>_eval_seconds``) on its own episodes."""
+
+    key: str
+    name: str  # the row is "<arm> (<name>)"
+    every_seed: bool  # a seed without it played this evaluation as its own, so its own episodes count
+    same_policy: bool  # it plays the policy the arm's row plays (so the kept update still applies)
+
+
+ALTERNATE_EVALUATIONS = (
+    Alternate("last_policy", "last policy", every_seed=True, same_policy=False),  # select_best_window's last policy
+    Alternate("sampled", "sampled actions", every_seed=False, same_policy=True),  # compare_agents --eval-sampled
+)
 
 
 def with_alternate_evaluations(arms: dict[str, list[dict]]) -> dict[str, list[dict]]:
     """``arms`` plus, after each arm whose slices also hold an evaluation of :data:`ALTERNATE_EVALUATIONS`, a row
     ``<arm> (<name>)`` scored on those episodes (its "grown" is n/a: only the arm's own timelines are saved; its
-    seconds are that evaluation's):
-
-    - ``last_policy``: esper_agent with ``select_best_window`` also played its last policy. A seed that kept
-      nothing played its last policy as its own, and its row counts those episodes, so the row has the arm's
-      seeds and shows what the choice changed;
-    - ``sampled``: with ``compare_agents --eval-sampled``, the policy sampled its actions. Seeds run without it
-      are left out, so the row may have fewer seeds than the arm's: compare it with the per-seed table."""
+    seconds are that evaluation's). The last-policy row has the arm's seeds (a seed that kept nothing played its
+    last policy as its own), so it shows what the choice changed; the sampled row leaves out seeds run without
+    ``--eval-sampled``, so it may have fewer seeds than the arm's: compare it with the per-seed table."""
     out: dict[str, list[dict]] = {}
     for arm, slices in arms.items():
         out[arm] = slices
-        for key, name in ALTERNATE_EVALUATIONS:
-            episodes, seconds = f"{key}_episodes", f"{key}_eval_seconds"
+        for alt in ALTERNATE_EVALUATIONS:
+            episodes, seconds = f"{alt.key}_episodes", f"{alt.key}_eval_seconds"
             if not any(episodes in s for s in slices):
                 continue
-            played = slices if key == "last_policy" else [s for s in slices if episodes in s]
-            dropped = ("episode_records", "selection") if key == "last_policy" else ("episode_records",)
-            out[f"{arm} ({name})"] = [{k: v for k, v in s.items() if k not in dropped}
-                                      | {"episodes": s.get(episodes, s["episodes"]),
-                                         "eval_seconds": s.get(seconds, s["eval_seconds"])} for s in played]
+            dropped = ("episode_records",) if alt.same_policy else ("episode_records", "selection")
+            out[f"{arm} ({alt.name})"] = [{k: v for k, v in s.items() if k not in dropped}
+                                          | {"episodes": s.get(episodes, s["episodes"]),
+                                             "eval_seconds": s.get(seconds, s["eval_seconds"])}
+                                          for s in slices if alt.every_seed or episodes in s]
     return out
 
 

@@ -15,8 +15,8 @@
 # the first one loads least.
 # GPUS: the GPU of each process in turn, in the order (arm, seed) are dealt, e.g. GPUS="0 0 1 1 2" for five seeds
 # (repeated from its start if shorter): for loads that round-robin spreads badly; overrides GPU_OFFSET.
-# EVAL_SAMPLED=1 (any other value: off): learning arms also play the evaluation episodes with sampled actions (compare_agents
-# --eval-sampled; the report's "(sampled actions)" rows).
+# EVAL_SAMPLED=1 (any other value: off): learning arms also play the evaluation episodes with sampled actions
+# (compare_agents --eval-sampled; the report's "(sampled actions)" rows).
 # TIME_LIMIT: seconds of training in this run (a continued slice gets as many again) after which each learning
 # slice saves its state in $R and stops (compare_agents --time-limit-s), so that a budget longer than one session's device time goes on in the next session: commit $R
 # with its saved states, copy it back to the same $R on the GPU machine, and run the same command again.

@@ -290,6 +290,5 @@ def summarize(records: list[Tensor], group_names: list[str], applied: int, skipp
 
 
 __all__ = ["ppo_update", "empty_ppo_stats", "minibatch_terms", "replay_rows", "Reference", "reference_kl",
-           "head_entropy_sums",
-           "entropy_bonus",
-           "reduce_step", "TrainBatch", "NonFiniteGuard", "masked_mean", "SCALAR_STATS", "ADDITIVE_STATS"]
+           "head_entropy_sums", "entropy_bonus", "reduce_step", "TrainBatch", "NonFiniteGuard", "masked_mean",
+           "SCALAR_STATS", "ADDITIVE_STATS"]
