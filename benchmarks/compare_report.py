@@ -17,7 +17,8 @@ the end of an evaluation episode, slot by slot, with its share of episodes. A se
 (arm, seed). An esper_agent arm trained with ``select_best_window`` is scored with the policy its training kept
 (the per-seed table names the update whose rollout that policy collected), and gets a second row, "(last
 policy)", for its last policy on the same episodes; a learning arm run with ``compare_agents --eval-sampled``
-gets a row "(sampled actions)" for its policy sampling its actions on the same episodes. Writes
+gets a row "(sampled actions)" for its policy sampling its actions on the same episodes. Below the table,
+:func:`goal_check` says for each esper_agent arm whether it meets the head-to-head's goal. Writes
 ``summary.json``, ``table.md``, ``curves.png`` and, for each learning arm whose slices recorded the PPO telemetry
 (esper_agent), ``telemetry-<arm>.png`` (op histogram, entropy per head, KL, explained variance per update) into
 the folder.
@@ -30,6 +31,7 @@ import gzip
 import json
 import math
 import re
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
@@ -44,6 +46,7 @@ from esper_env.lifecycle import Stage
 from esper_env.spaces import BLUEPRINT_NAMES
 
 ORDER = ("esper_agent", "maskable_flat", "maskable_multidiscrete", "heuristic", "random", "static")
+RIVALS = ("heuristic", "maskable_flat", "maskable_multidiscrete")  # the arms the goal's CI must clear
 
 
 def load_slices(folder: Path) -> dict[str, list[dict]]:
@@ -221,6 +224,28 @@ def summarize(arms: dict[str, list[dict]]) -> list[dict]:
     return rows
 
 
+def goal_check(rows: list[dict]) -> list[dict]:
+    """The head-to-head's goal for each esper_agent arm, read from its own row (the argmax policy, not an
+    alternate evaluation): its test accuracy's 95% CI lies wholly above the CI of every rival in :data:`RIVALS`
+    that ran, and it adds no more seed parameters than the heuristic. ``margin`` is the arm's lower bound minus the
+    highest upper bound among the rivals (positive when the CIs are apart). An empty list without a heuristic row.
+    With many arms one can clear the bar by luck, so an arm chosen after its results were seen needs confirming on
+    seeds it has not run."""
+    by_arm = {r["arm"]: r for r in rows}
+    if "heuristic" not in by_arm:
+        return []
+    closest = max((by_arm[a] for a in RIVALS if a in by_arm), key=lambda r: r["test_accuracy"] + r["test_ci95"])
+    checks = []
+    for r in rows:
+        if r["arm"].split("-")[0] != "esper_agent" or " (" in r["arm"]:
+            continue
+        margin = (r["test_accuracy"] - r["test_ci95"]) - (closest["test_accuracy"] + closest["test_ci95"])
+        params_ok = bool(r["seed_params"] <= by_arm["heuristic"]["seed_params"])
+        checks.append({"arm": r["arm"], "seeds": len(r["seeds"]), "closest_rival": closest["arm"],
+                       "margin": float(margin), "params_ok": params_ok, "met": bool(margin > 0 and params_ok)})
+    return checks
+
+
 def markdown(rows: list[dict], env: str) -> str:
     def pct(v: float) -> str:
         return "n/a" if not math.isfinite(v) else f"{100 * v:.2f}"
@@ -250,12 +275,27 @@ def markdown(rows: list[dict], env: str) -> str:
                      f"{r['grown']} | "
                      f"{pct(r['invalid_rate'])} | {r['budget_host_epochs']} | "
                      f"{r['rollbacks']} | {r['seconds_per_seed']:.0f} |")
+    lines += _goal_lines(rows)
     lines += ["", "Per seed (mean over its counted evaluation episodes):", "",
               "| arm | seed | test accuracy % | seed params | grown | kept policy (collected update) |",
               "|---|---:|---:|---:|---|---:|"]
     lines += [f"| {r['arm']} | {p['seed']} | {pct(p['test_accuracy'])} | {p['seed_params']:.0f} | {p['grown']} | "
               f"{'' if p['kept_update'] is None else p['kept_update']} |" for r in rows for p in r["per_seed"]]
     return "\n".join(lines) + "\n"
+
+
+def _goal_lines(rows: list[dict]) -> list[str]:
+    checks = goal_check(rows)
+    if not checks:
+        return []
+    lines = ["", "Goal: the arm's test-accuracy 95% CI wholly above the heuristic's and both MaskablePPO arms', at "
+             "no more seed params than the heuristic (margin: the arm's lower bound minus the highest rival upper "
+             "bound):", ""]
+    for c in checks:
+        params = "" if c["params_ok"] else "; more seed params than the heuristic"
+        lines.append(f"- {c['arm']} ({c['seeds']} seeds): {'met' if c['met'] else 'not met'}, margin "
+                     f"{100 * c['margin']:+.2f} pp to {c['closest_rival']}{params}")
+    return lines
 
 
 def _span(values: list[int]) -> str:
@@ -316,7 +356,9 @@ def plot_telemetry(slices: list[dict], path: Path, title: str) -> bool:
         for key in keys:
             # a head's entropy is None in an update where no step used that head (no GERMINATE, say)
             values = [[_number(c[u].get(key)) for u in range(updates)] for c in curves]
-            mean = np.nanmean(values, axis=0)
+            with warnings.catch_warnings():  # an update where no seed used the head: NaN, a gap in the line
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean = np.nanmean(values, axis=0)
             axis.plot(np.arange(1, updates + 1), mean, label=key.split("/")[-1])
         axis.set(title=panel, xlabel="PPO update")
         axis.grid(alpha=0.3)

@@ -290,3 +290,20 @@ def test_seeds_are_scored_on_episodes_no_other_seed_counts():
     new = [{"seed": k, "episodes": [{"env_seed": 100_000 + 1000 * k + i, "test_accuracy": 0.5} for i in range(3)]}
            for k in (0, 1)]
     assert [len(c) for c in compare_report.counted_episodes(new)] == [3, 3]  # disjoint: every episode counts
+
+
+def test_the_goal_needs_the_agents_ci_above_every_rivals_and_no_more_params_than_the_heuristic():
+    def row(arm, accuracy, half, params=1000.0):
+        return {"arm": arm, "seeds": [0, 1, 2, 3, 4], "test_accuracy": accuracy, "test_ci95": half,
+                "seed_params": params}
+
+    rows = [row("esper_agent-a", 0.56, 0.005), row("esper_agent-a (sampled actions)", 0.60, 0.001),
+            row("esper_agent-b", 0.56, 0.005, params=3000.0), row("esper_agent-c", 0.553, 0.005),
+            row("maskable_flat", 0.54, 0.012), row("heuristic", 0.545, 0.002, params=2000.0), row("static", 0.6, 0)]
+    checks = {c["arm"]: c for c in compare_report.goal_check(rows)}
+    assert list(checks) == ["esper_agent-a", "esper_agent-b", "esper_agent-c"]  # not the alternate row
+    assert checks["esper_agent-a"]["met"] and checks["esper_agent-a"]["closest_rival"] == "maskable_flat"
+    assert checks["esper_agent-a"]["margin"] == pytest.approx(0.555 - 0.552)  # static is no rival
+    assert not checks["esper_agent-b"]["met"] and not checks["esper_agent-b"]["params_ok"]
+    assert not checks["esper_agent-c"]["met"] and checks["esper_agent-c"]["margin"] < 0  # 0.548 < 0.552
+    assert compare_report.goal_check([r for r in rows if r["arm"] != "heuristic"]) == []
