@@ -307,3 +307,7 @@ def test_the_goal_needs_the_agents_ci_above_every_rivals_and_no_more_params_than
     assert not checks["esper_agent-b"]["met"] and not checks["esper_agent-b"]["params_ok"]
     assert not checks["esper_agent-c"]["met"] and checks["esper_agent-c"]["margin"] < 0  # 0.548 < 0.552
     assert compare_report.goal_check([r for r in rows if r["arm"] != "heuristic"]) == []
+    one_seed = [row("maskable_multidiscrete", 0.50, math.nan)] + rows  # one seed: no CI, so nothing clears it
+    check = compare_report.goal_check(one_seed)[0]
+    assert check["closest_rival"] == "maskable_multidiscrete" and math.isnan(check["margin"]) and not check["met"]
+    assert "margin n/a" in compare_report._goal_lines(one_seed)[3]
