@@ -290,9 +290,9 @@ def _goal_lines(rows: list[dict]) -> list[str]:
     checks = goal_check(rows)
     if not checks:
         return []
-    lines = ["", "Goal: the arm's test-accuracy 95% CI wholly above the heuristic's and both MaskablePPO arms', at "
-             "no more seed params than the heuristic (margin: the arm's lower bound minus the highest rival upper "
-             "bound):", ""]
+    lines = ["", f"Goal: the arm's test-accuracy 95% CI wholly above that of each rival that ran "
+             f"({', '.join(RIVALS)}), at no more seed params than the heuristic (margin: the arm's lower bound minus "
+             "the highest rival upper bound):", ""]
     for c in checks:
         params = "" if c["params_ok"] else "; more seed params than the heuristic"
         margin = f"{100 * c['margin']:+.2f} pp" if math.isfinite(c["margin"]) else "n/a (a CI needs 2 seeds)"

@@ -299,9 +299,11 @@ def test_the_goal_needs_the_agents_ci_above_every_rivals_and_no_more_params_than
 
     rows = [row("esper_agent-a", 0.56, 0.005), row("esper_agent-a (sampled actions)", 0.60, 0.001),
             row("esper_agent-b", 0.56, 0.005, params=3000.0), row("esper_agent-c", 0.553, 0.005),
+            row("esper_agent-d", 0.56, 0.005, params=2000.0),
             row("maskable_flat", 0.54, 0.012), row("heuristic", 0.545, 0.002, params=2000.0), row("static", 0.6, 0)]
     checks = {c["arm"]: c for c in compare_report.goal_check(rows)}
-    assert list(checks) == ["esper_agent-a", "esper_agent-b", "esper_agent-c"]  # not the alternate row
+    assert list(checks) == ["esper_agent-a", "esper_agent-b", "esper_agent-c", "esper_agent-d"]  # no alternate row
+    assert checks["esper_agent-d"]["met"]  # as many seed params as the heuristic is allowed
     assert checks["esper_agent-a"]["met"] and checks["esper_agent-a"]["closest_rival"] == "maskable_flat"
     assert checks["esper_agent-a"]["margin"] == pytest.approx(0.555 - 0.552)  # static is no rival
     assert not checks["esper_agent-b"]["met"] and not checks["esper_agent-b"]["params_ok"]
