@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -249,8 +250,6 @@ def test_grouped_host_is_the_same_function_as_separate_hosts(train: bool) -> Non
 
 
 def test_the_gpu_scripts_agent_recipe_is_a_valid_agent_config() -> None:
-    from pathlib import Path
-
     from esper_agent.config import AgentConfig
 
     recipe = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "agent_recipe.json").read_text())
@@ -313,3 +312,14 @@ def test_the_goal_needs_the_agents_ci_above_every_rivals_and_no_more_params_than
     check = compare_report.goal_check(one_seed)[0]
     assert check["closest_rival"] == "maskable_multidiscrete" and math.isnan(check["margin"]) and not check["met"]
     assert "margin n/a" in compare_report._goal_lines(one_seed)[3]
+
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+
+
+@pytest.mark.parametrize("folder", sorted(RESULTS.glob("compare*/Esper-*")), ids=lambda f: f"{f.parent.name}")
+def test_each_committed_head_to_head_table_is_what_the_report_computes_from_its_slices(folder):
+    # so that a change to compare_report cannot leave a committed table (and the README quoting it) stale
+    rows = compare_report.summarize(compare_report.with_alternate_evaluations(compare_report.load_slices(folder)))
+    assert compare_report.markdown(rows, folder.name) == (folder / "table.md").read_text(), (
+        f"rebuild it: python -m benchmarks.compare_report {folder.relative_to(RESULTS.parents[1])}")
