@@ -317,7 +317,7 @@ def test_the_goal_needs_the_agents_ci_above_every_rivals_and_no_more_params_than
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 
 
-@pytest.mark.parametrize("folder", sorted(RESULTS.glob("compare*/Esper-*")), ids=lambda f: f"{f.parent.name}")
+@pytest.mark.parametrize("folder", sorted(RESULTS.glob("compare*/Esper-*")), ids=lambda f: f"{f.parent.name}/{f.name}")
 def test_each_committed_head_to_head_table_is_what_the_report_computes_from_its_slices(folder):
     # so that a change to compare_report cannot leave a committed table (and the README quoting it) stale
     rows = compare_report.summarize(compare_report.with_alternate_evaluations(compare_report.load_slices(folder)))
