@@ -20,7 +20,8 @@ policy)", for its last policy on the same episodes; a learning arm run with ``co
 gets a row "(sampled actions)" for its policy sampling its actions on the same episodes. Below the table,
 :func:`goal_check` says for each esper_agent arm whether it meets the head-to-head's goal. Writes
 ``summary.json``, ``table.md``, ``curves.png`` and, for each learning arm whose slices recorded the PPO telemetry
-(esper_agent), ``telemetry-<arm>.png`` (op histogram, entropy per head, KL, explained variance per update) into
+(esper_agent), ``telemetry-<arm>.png`` (op histogram, entropy per head, KL, explained variance per update; drawn by
+:mod:`benchmarks.compare_plots`) into
 the folder.
 """
 
@@ -31,16 +32,14 @@ import gzip
 import json
 import math
 import re
-import warnings
 from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from benchmarks.compare_agents import eval_env_seeds, records_path
+from benchmarks.compare_plots import plot_curves, plot_telemetry
 from esper_agent.evaluate import mean_ci95
 from esper_env.lifecycle import Stage
 from esper_env.spaces import BLUEPRINT_NAMES
@@ -70,6 +69,9 @@ class Alternate(NamedTuple):
     every_seed: bool  # a seed without it played this evaluation as its own, so its own episodes count
     same_policy: bool  # it plays the policy the arm's row plays (so the kept update still applies)
 
+    def row(self, arm: str) -> str:
+        return f"{arm} ({self.name})"
+
 
 ALTERNATE_EVALUATIONS = (
     Alternate("last_policy", "last policy", every_seed=True, same_policy=False),  # select_best_window's last policy
@@ -91,17 +93,26 @@ def with_alternate_evaluations(arms: dict[str, list[dict]]) -> dict[str, list[di
             if not any(episodes in s for s in slices):
                 continue
             dropped = ("episode_records",) if alt.same_policy else ("episode_records", "selection")
-            out[f"{arm} ({alt.name})"] = [{k: v for k, v in s.items() if k not in dropped}
+            out[alt.row(arm)] = [{k: v for k, v in s.items() if k not in dropped}
                                           | {"episodes": s.get(episodes, s["episodes"]),
                                              "eval_seconds": s.get(seconds, s["eval_seconds"])}
                                           for s in slices if alt.every_seed or episodes in s]
     return out
 
 
+def is_alternate_row(row: str) -> bool:
+    """Whether a table row is an arm's alternate evaluation (:func:`with_alternate_evaluations`)."""
+    return any(row.endswith(alt.row("")) for alt in ALTERNATE_EVALUATIONS)
+
+
+def arm_of(folder: str) -> str:
+    """The arm of a results folder: ``<arm>`` or ``<arm>-<label>``."""
+    return folder.split("-")[0]
+
+
 def _rank(folder: str) -> int:
     """Table position of an arm's folder: ``<arm>`` or ``<arm>-<label>`` sits with its arm."""
-    arm = folder.split("-")[0]
-    return ORDER.index(arm) if arm in ORDER else len(ORDER)
+    return ORDER.index(arm_of(folder)) if arm_of(folder) in ORDER else len(ORDER)
 
 
 def episode_seeds(slice_: dict) -> list[int]:
@@ -239,7 +250,7 @@ def goal_check(rows: list[dict]) -> list[dict]:
     closest = max(upper, key=lambda a: upper[a] if math.isfinite(upper[a]) else math.inf)
     checks = []
     for r in rows:
-        if r["arm"].split("-")[0] != "esper_agent" or " (" in r["arm"]:
+        if arm_of(r["arm"]) != "esper_agent" or is_alternate_row(r["arm"]):
             continue
         margin = (r["test_accuracy"] - r["test_ci95"]) - upper[closest]  # NaN where either CI is unknown
         params_ok = bool(r["seed_params"] <= by_arm["heuristic"]["seed_params"])
@@ -303,74 +314,6 @@ def _goal_lines(rows: list[dict]) -> list[str]:
 
 def _span(values: list[int]) -> str:
     return str(values[0]) if values[0] == values[-1] else f"{values[0]} to {values[-1]}"
-
-
-def plot_curves(arms: dict[str, list[dict]], rows: list[dict], path: Path, env: str) -> None:
-    figure = Figure(figsize=(8, 4.5), dpi=110)
-    axis = figure.add_subplot()
-    for arm, slices in arms.items():
-        points = [(p["host_epochs"], p["final_accuracy"]) for s in slices for p in s["curve"]
-                  if p.get("final_accuracy") is not None]
-        if points:
-            x, y = np.array(points).T
-            order = np.argsort(x)
-            window = max(1, len(x) // 20)
-            smooth = np.convolve(y[order], np.ones(window) / window, mode="valid")
-            axis.plot(x[order][window - 1:], 100 * smooth, label=f"{arm} (training episodes)")
-    fixed = [row for row in rows if row["budget_host_epochs"] == 0]  # the policies that do not learn
-    for k, row in enumerate(fixed):
-        axis.axhline(100 * row["val_accuracy"], linestyle="--", linewidth=1, color=f"C{len(arms) + k}",
-                     label=f"{row['arm']} (evaluation)")
-    axis.set(xlabel="host epochs of training", ylabel="final validation accuracy (%)", title=env)
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=7)
-    FigureCanvasAgg(figure).print_png(str(path))
-
-
-TELEMETRY_PANELS = {
-    "op histogram (fraction of steps)": ("actions/op_wait", "actions/op_germinate", "actions/op_prune",
-                                         "actions/op_fossilize"),
-    "entropy per head (normalised)": ("entropy/op", "entropy/blueprint", "entropy/slot"),
-    "approximate KL": ("ppo/kl",),
-    "value explained variance": ("value/explained_variance",),
-}
-
-
-def _number(value: float | None) -> float:
-    return math.nan if value is None else value
-
-
-def plot_telemetry(slices: list[dict], path: Path, title: str) -> bool:
-    """The learning arm's PPO telemetry per update, mean over seeds; False when its slices recorded none. Where
-    the slices counted what GERMINATE planted (``plant/...``), a fifth panel shows the most planted kinds."""
-    curves = [[p["telemetry"] for p in s["curve"] if "telemetry" in p] for s in slices]
-    curves = [c for c in curves if c]
-    if not curves:
-        return False
-    updates = min(len(c) for c in curves)
-    panels = dict(TELEMETRY_PANELS)
-    planted = sorted({k for c in curves for k in c[0] if k.startswith("plant/")},
-                     key=lambda k: -sum(u.get(k, 0.0) for c in curves for u in c[:updates]))
-    if planted:
-        panels["seeds planted per update (most planted)"] = tuple(planted[:5])
-    figure = Figure(figsize=(10, 3 * math.ceil(len(panels) / 2)), dpi=100)
-    for k, (panel, keys) in enumerate(panels.items()):
-        axis = figure.add_subplot(math.ceil(len(panels) / 2), 2, k + 1)
-        for key in keys:
-            # a head's entropy is None in an update where no step used that head (no GERMINATE, say)
-            values = [[_number(c[u].get(key)) for u in range(updates)] for c in curves]
-            with warnings.catch_warnings():  # an update where no seed used the head: NaN, a gap in the line
-                warnings.simplefilter("ignore", RuntimeWarning)
-                mean = np.nanmean(values, axis=0)
-            axis.plot(np.arange(1, updates + 1), mean, label=key.split("/")[-1])
-        axis.set(title=panel, xlabel="PPO update")
-        axis.grid(alpha=0.3)
-        if len(keys) > 1:
-            axis.legend(fontsize=7)
-    figure.suptitle(f"{title}: mean over {len(curves)} seeds")
-    figure.tight_layout()
-    FigureCanvasAgg(figure).print_png(str(path))
-    return True
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks import compare_agents, compare_report, grouped, host_alone, imitation_probe
+from benchmarks import compare_agents, compare_plots, compare_report, grouped, host_alone, imitation_probe
 from benchmarks.sb3_actor import Sb3Actor
 from esper_env.host import HostModel
 
@@ -323,3 +323,11 @@ def test_each_committed_head_to_head_table_is_what_the_report_computes_from_its_
     rows = compare_report.summarize(compare_report.with_alternate_evaluations(compare_report.load_slices(folder)))
     assert compare_report.markdown(rows, folder.name) == (folder / "table.md").read_text(), (
         f"rebuild it: python -m benchmarks.compare_report {folder.relative_to(RESULTS.parents[1])}")
+
+
+def test_the_most_planted_kinds_are_ranked_by_count_then_name():
+    curves = [[{"plant/b": 1.0, "plant/a": 1.0, "plant/c": 3.0, "loss/policy": 9.0}, {"plant/a": 1.0}]]
+    assert compare_plots.most_planted(curves, updates=1) == ["plant/c", "plant/a", "plant/b"]  # a ties b at 1
+    assert compare_plots.most_planted(curves, updates=2) == ["plant/c", "plant/a", "plant/b"]
+    assert compare_plots.most_planted([[{"plant/b": 2.0, "plant/a": 1.0}], [{"plant/a": 2.0}]], 1) == [
+        "plant/a", "plant/b"]  # summed over seeds: 3 against 2
