@@ -22,7 +22,8 @@ gets a row "(sampled actions)" for its policy sampling its actions on the same e
 ``summary.json``, ``table.md``, ``curves.png`` and, for each learning arm whose slices recorded the PPO telemetry
 (esper_agent), ``telemetry-<arm>.png`` (op histogram, entropy per head, KL, explained variance per update; drawn by
 :mod:`benchmarks.compare_plots`) into
-the folder.
+the folder. ``--seeds 8 9 ...`` scores only those seeds of every arm (e.g. a confirmation run's fresh seeds, apart
+from the seeds its candidate was chosen on) into ``summary-seeds<...>.json`` and ``table-seeds<...>.md``.
 """
 
 from __future__ import annotations
@@ -58,7 +59,14 @@ def load_slices(folder: Path) -> dict[str, list[dict]]:
         if records_path(path).exists():
             slice_["episode_records"] = json.loads(gzip.decompress(records_path(path).read_bytes()))
         arms.setdefault(path.parent.name, []).append(slice_)
-    return dict(sorted(arms.items(), key=lambda kv: (_rank(kv[0]), kv[0])))
+    # seeds in numeric order (the paths sort seed10 before seed2)
+    return {arm: sorted(arms[arm], key=lambda s: s["seed"]) for arm in sorted(arms, key=lambda a: (_rank(a), a))}
+
+
+def only_seeds(arms: dict[str, list[dict]], seeds: list[int]) -> dict[str, list[dict]]:
+    """Each arm's slices of the given seeds, e.g. a confirmation run's fresh seeds; arms with none are left out."""
+    kept = {arm: [s for s in slices if s["seed"] in seeds] for arm, slices in arms.items()}
+    return {arm: slices for arm, slices in kept.items() if slices}
 
 
 class Alternate(NamedTuple):
@@ -316,20 +324,36 @@ def _span(values: list[int]) -> str:
     return str(values[0]) if values[0] == values[-1] else f"{values[0]} to {values[-1]}"
 
 
+def _seed_list(seeds: list[int]) -> str:
+    """A file-name-safe name for a set of seeds: ``8-15`` for a run of consecutive seeds, else ``0_3_5``."""
+    ordered = sorted(set(seeds))
+    if ordered == list(range(ordered[0], ordered[-1] + 1)) and len(ordered) > 1:
+        return f"{ordered[0]}-{ordered[-1]}"
+    return "_".join(map(str, ordered))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path, help="benchmarks/results/compare/<env>")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None,
+                        help="only these seeds of every arm; writes table-seeds<...>.md and summary-seeds<...>.json "
+                             "and no figures, beside the whole table")
     args = parser.parse_args(argv)
     arms = load_slices(args.folder)
+    if args.seeds is not None:
+        arms = only_seeds(arms, args.seeds)
     if not arms:
-        raise SystemExit(f"no slices (<arm>/seed<k>.json) under {args.folder}")
+        raise SystemExit(f"no slices (<arm>/seed<k>.json) under {args.folder}"
+                         + ("" if args.seeds is None else f" of seeds {args.seeds}"))
     rows = summarize(with_alternate_evaluations(arms))
     env = args.folder.name
-    (args.folder / "summary.json").write_text(json.dumps(rows, indent=1, default=float))
-    (args.folder / "table.md").write_text(markdown(rows, env))
-    plot_curves(arms, rows, args.folder / "curves.png", env)
-    for arm, slices in arms.items():
-        plot_telemetry(slices, args.folder / f"telemetry-{arm}.png", f"{arm} on {env}")
+    suffix = "" if args.seeds is None else f"-seeds{_seed_list(args.seeds)}"
+    (args.folder / f"summary{suffix}.json").write_text(json.dumps(rows, indent=1, default=float))
+    (args.folder / f"table{suffix}.md").write_text(markdown(rows, env))
+    if args.seeds is None:  # the figures are of the whole campaign
+        plot_curves(arms, rows, args.folder / "curves.png", env)
+        for arm, slices in arms.items():
+            plot_telemetry(slices, args.folder / f"telemetry-{arm}.png", f"{arm} on {env}")
     print(markdown(rows, env))
 
 

@@ -331,3 +331,20 @@ def test_the_most_planted_kinds_are_ranked_by_count_then_name():
     assert compare_plots.most_planted(curves, updates=2) == ["plant/c", "plant/a", "plant/b"]
     assert compare_plots.most_planted([[{"plant/b": 2.0, "plant/a": 1.0}], [{"plant/a": 2.0}]], 1) == [
         "plant/a", "plant/b"]  # summed over seeds: 3 against 2
+
+
+def test_the_report_orders_seeds_by_number_and_scores_a_subset_of_seeds_apart(tmp_path, capsys):
+    torch.set_num_threads(1)
+    compare_agents.main(["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--arms", "static",
+                         "heuristic", "--seeds", "2", "10", "--eval-episodes", "1", "--out", str(tmp_path)])
+    folder = tmp_path / "Esper-Synthetic-v0"
+    assert [s["seed"] for s in compare_report.load_slices(folder)["static"]] == [2, 10]  # not the paths' 10, 2
+    compare_report.main([str(folder), "--seeds", "10"])
+    table = (folder / "table-seeds10.md").read_text()
+    assert "| static | 1 |" in table and "| static | 10 |" in table and "| static | 2 |" not in table
+    assert json.loads((folder / "summary-seeds10.json").read_text())[0]["seeds"] == [10]
+    assert not (folder / "table.md").exists() and not (folder / "curves.png").exists()  # the whole table apart
+    with pytest.raises(SystemExit, match=r"of seeds \[7\]"):
+        compare_report.main([str(folder), "--seeds", "7"])
+    assert compare_report._seed_list([15, 8, 9, 10, 11, 12, 13, 14]) == "8-15"
+    assert compare_report._seed_list([3, 0, 5]) == "0_3_5"
