@@ -3,6 +3,9 @@
 # The machine stays warm only about 30 s between calls, so `start` returns at once and each `poll` call waits up
 # to the given seconds (default 540), then packs the results folder into $OUT/res.tgz: the JSON and logs; images
 # stay behind, because a folder with every episode's PNG is too large to come back. Poll again straight away.
+# A call that comes later than that finds a fresh machine and the campaign gone, with every learning slice that had
+# not yet paused: run learning slices in rounds of TIME_LIMIT (gpu_compare.sh) shorter than one poll, so that each
+# poll brings back their saved states and a lost machine costs one round.
 # Usage: RES=<results folder> bash benchmarks/background.sh start <command...>   (the command writes under $RES)
 #        RES=<results folder> OUT=<folder that comes back> bash benchmarks/background.sh poll [seconds]
 set -uo pipefail
