@@ -320,9 +320,17 @@ RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 @pytest.mark.parametrize("folder", sorted(RESULTS.glob("compare*/Esper-*")), ids=lambda f: f"{f.parent.name}/{f.name}")
 def test_each_committed_head_to_head_table_is_what_the_report_computes_from_its_slices(folder):
     # so that a change to compare_report cannot leave a committed table (and the README quoting it) stale
-    rows = compare_report.summarize(compare_report.with_alternate_evaluations(compare_report.load_slices(folder)))
+    arms = compare_report.load_slices(folder)
+    rows = compare_report.summarize(compare_report.with_alternate_evaluations(arms))
     assert compare_report.markdown(rows, folder.name) == (folder / "table.md").read_text(), (
         f"rebuild it: python -m benchmarks.compare_report {folder.relative_to(RESULTS.parents[1])}")
+    for table in folder.glob("table-seeds*.md"):  # a subset's table (--seeds): 8-15 or 0_3_5
+        name = table.stem.removeprefix("table-seeds")
+        first, _, last = name.partition("-")
+        seeds = list(range(int(first), int(last) + 1)) if last else [int(k) for k in name.split("_")]
+        rows = compare_report.summarize(compare_report.with_alternate_evaluations(
+            compare_report.only_seeds(arms, seeds)))
+        assert compare_report.markdown(rows, folder.name) == table.read_text(), f"rebuild {table.name}"
 
 
 def test_the_most_planted_kinds_are_ranked_by_count_then_name():
