@@ -102,9 +102,9 @@ def with_alternate_evaluations(arms: dict[str, list[dict]]) -> dict[str, list[di
                 continue
             dropped = ("episode_records",) if alt.same_policy else ("episode_records", "selection")
             out[alt.row(arm)] = [{k: v for k, v in s.items() if k not in dropped}
-                                          | {"episodes": s.get(episodes, s["episodes"]),
-                                             "eval_seconds": s.get(seconds, s["eval_seconds"])}
-                                          for s in slices if alt.every_seed or episodes in s]
+                                 | {"episodes": s.get(episodes, s["episodes"]),
+                                    "eval_seconds": s.get(seconds, s["eval_seconds"])}
+                                 for s in slices if alt.every_seed or episodes in s]
     return out
 
 
@@ -324,12 +324,18 @@ def _span(values: list[int]) -> str:
     return str(values[0]) if values[0] == values[-1] else f"{values[0]} to {values[-1]}"
 
 
-def _seed_list(seeds: list[int]) -> str:
+def seed_list_name(seeds: list[int]) -> str:
     """A file-name-safe name for a set of seeds: ``8-15`` for a run of consecutive seeds, else ``0_3_5``."""
     ordered = sorted(set(seeds))
-    if ordered == list(range(ordered[0], ordered[-1] + 1)) and len(ordered) > 1:
+    if len(ordered) > 1 and ordered == list(range(ordered[0], ordered[-1] + 1)):
         return f"{ordered[0]}-{ordered[-1]}"
     return "_".join(map(str, ordered))
+
+
+def seeds_named(name: str) -> list[int]:
+    """The seeds of a :func:`seed_list_name` (``table-seeds<name>.md``)."""
+    first, _, last = name.partition("-")
+    return list(range(int(first), int(last) + 1)) if last else [int(k) for k in name.split("_")]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -347,7 +353,7 @@ def main(argv: list[str] | None = None) -> None:
                          + ("" if args.seeds is None else f" of seeds {args.seeds}"))
     rows = summarize(with_alternate_evaluations(arms))
     env = args.folder.name
-    suffix = "" if args.seeds is None else f"-seeds{_seed_list(args.seeds)}"
+    suffix = "" if args.seeds is None else f"-seeds{seed_list_name(args.seeds)}"
     (args.folder / f"summary{suffix}.json").write_text(json.dumps(rows, indent=1, default=float))
     (args.folder / f"table{suffix}.md").write_text(markdown(rows, env))
     if args.seeds is None:  # the figures are of the whole campaign

@@ -324,10 +324,8 @@ def test_each_committed_head_to_head_table_is_what_the_report_computes_from_its_
     rows = compare_report.summarize(compare_report.with_alternate_evaluations(arms))
     assert compare_report.markdown(rows, folder.name) == (folder / "table.md").read_text(), (
         f"rebuild it: python -m benchmarks.compare_report {folder.relative_to(RESULTS.parents[1])}")
-    for table in folder.glob("table-seeds*.md"):  # a subset's table (--seeds): 8-15 or 0_3_5
-        name = table.stem.removeprefix("table-seeds")
-        first, _, last = name.partition("-")
-        seeds = list(range(int(first), int(last) + 1)) if last else [int(k) for k in name.split("_")]
+    for table in folder.glob("table-seeds*.md"):  # a subset's table (--seeds)
+        seeds = compare_report.seeds_named(table.stem.removeprefix("table-seeds"))
         rows = compare_report.summarize(compare_report.with_alternate_evaluations(
             compare_report.only_seeds(arms, seeds)))
         assert compare_report.markdown(rows, folder.name) == table.read_text(), f"rebuild {table.name}"
@@ -354,5 +352,5 @@ def test_the_report_orders_seeds_by_number_and_scores_a_subset_of_seeds_apart(tm
     assert not (folder / "table.md").exists() and not (folder / "curves.png").exists()  # the whole table apart
     with pytest.raises(SystemExit, match=r"of seeds \[7\]"):
         compare_report.main([str(folder), "--seeds", "7"])
-    assert compare_report._seed_list([15, 8, 9, 10, 11, 12, 13, 14]) == "8-15"
-    assert compare_report._seed_list([3, 0, 5]) == "0_3_5"
+    for seeds, name in (([15, 8, 9, 10, 11, 12, 13, 14], "8-15"), ([3, 0, 5], "0_3_5"), ([10], "10")):
+        assert compare_report.seed_list_name(seeds) == name and compare_report.seeds_named(name) == sorted(seeds)
