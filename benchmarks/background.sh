@@ -3,9 +3,9 @@
 # The machine stays warm only about 30 s between calls, so `start` returns at once and each `poll` call waits up
 # to the given seconds (default 540), then packs the results folder into $OUT/res.tgz: the JSON and logs; images
 # stay behind, because a folder with every episode's PNG is too large to come back. Poll again straight away.
-# A call that comes later than that finds a fresh machine and the campaign gone, with every learning slice that had
-# not yet paused: run learning slices in rounds of TIME_LIMIT (gpu_compare.sh) shorter than one poll, so that each
-# poll brings back their saved states and a lost machine costs one round.
+# A call that comes later than that finds a fresh machine and the campaign gone. The last res.tgz that came back is
+# then the only copy: its learning slices' states are those of their last update before that poll (compare_agents
+# saves after each), so a lost machine costs what ran since then, plus staging the data on a new one.
 # Usage: RES=<results folder> bash benchmarks/background.sh start <command...>   (the command writes under $RES)
 #        RES=<results folder> OUT=<folder that comes back> bash benchmarks/background.sh poll [seconds]
 set -uo pipefail
@@ -31,8 +31,8 @@ case ${1:-} in
       [[ -f $log ]] && { echo "== $log"; tail -n 2 "$log"; }
     done 2>/dev/null | tail -c 6000
     nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader 2>/dev/null
-    # options before the paths: tar ignores an --exclude that follows them
-    tar czf "$OUT/res.tgz" --exclude='*.png' -C "$(dirname "$RES")" "$(basename "$RES")" ;;
+    # options before the paths: tar ignores an --exclude that follows them; *.tmp*: a state being saved right now
+    tar czf "$OUT/res.tgz" --exclude='*.png' --exclude='*.tmp*' -C "$(dirname "$RES")" "$(basename "$RES")" ;;
   *)
     echo "usage: background.sh start <command...> | poll [seconds]; got '${1:-}'"; exit 2 ;;
 esac

@@ -18,8 +18,10 @@
 # EVAL_SAMPLED=1 (any other value: off): learning arms also play the evaluation episodes with sampled actions
 # (compare_agents --eval-sampled; the report's "(sampled actions)" rows).
 # TIME_LIMIT: seconds of training in this run (a continued slice gets as many again) after which each learning
-# slice saves its state in $R and stops (compare_agents --time-limit-s), so that a budget longer than one session's device time goes on in the next session: commit $R
-# with its saved states, copy it back to the same $R on the GPU machine, and run the same command again.
+# slice stops at the next update boundary, so that a budget longer than one session's device time goes on in the
+# next session. Every learning slice saves its state in $R after each update anyway (compare_agents), so a run cut
+# short continues too: commit $R with its saved states, copy it back to the same $R on the GPU machine, and run the
+# same command again.
 set -uo pipefail
 : "${ESPER_DATA_DIR:?set ESPER_DATA_DIR to the folder with the CIFAR-10 shards}"
 export PYTHONUNBUFFERED=1

@@ -13,6 +13,7 @@ import torch
 
 from benchmarks import compare_agents, compare_plots, compare_report, grouped, host_alone, imitation_probe
 from benchmarks.sb3_actor import Sb3Actor
+from esper_agent.checkpoint import load_checkpoint
 from esper_env.host import HostModel
 
 # report_test_accuracy may be named in --env-kwargs: evaluation measures the test set whatever it says
@@ -160,6 +161,67 @@ def test_a_paused_agent_slice_continues_exactly_where_it_stopped(tmp_path, capsy
     resumed = json.loads((paused / "seed0.json").read_text())
     assert [p["return"] for p in resumed["curve"]] == [p["return"] for p in whole["curve"]]
     assert resumed["episodes"] == whole["episodes"]
+
+
+class _HostLost(Exception):
+    """What a test raises where a GPU host went away mid-run."""
+
+
+def _lose_host_at(monkeypatch, owner, name, call):
+    """Make ``owner.name`` raise :class:`_HostLost` on its ``call``-th call (counted from 1)."""
+    real, calls = getattr(owner, name), []
+
+    def dying(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == call:
+            raise _HostLost
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, dying)
+
+
+def test_an_agent_slice_cut_short_continues_from_its_last_update(tmp_path, monkeypatch, capsys):
+    torch.set_num_threads(1)
+    common = ["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--seeds", "0", "--eval-episodes", "2",
+              "--num-envs", "2", "--arms", "esper_agent", "--budget-epochs", "18", "--agent-device", "cpu",
+              "--agent-kwargs", json.dumps({"hidden_size": 16, "imitation_updates": 1})]  # three updates
+    compare_agents.main([*common, "--out", str(tmp_path / "whole")])
+    cut = [*common, "--out", str(tmp_path / "cut")]
+    folder = tmp_path / "cut" / "Esper-Synthetic-v0" / "esper_agent"
+    with monkeypatch.context() as lost:  # the host goes during the third update
+        _lose_host_at(lost, compare_agents.Trainer, "update", 3)
+        with pytest.raises(_HostLost):
+            compare_agents.main(cut)
+    assert load_checkpoint(folder / "seed0.ckpt")["counters"]["update"] == 2
+    with monkeypatch.context() as lost:  # then during the evaluation, training done
+        _lose_host_at(lost, compare_agents, "evaluate", 1)
+        with pytest.raises(_HostLost):
+            compare_agents.main(cut)
+    assert "continues from update 2/3" in capsys.readouterr().out and not (folder / "seed0.json").exists()
+    assert load_checkpoint(folder / "seed0.ckpt")["counters"]["update"] == 3
+    compare_agents.main(cut)  # only evaluates
+    assert "continues from update 3/3" in capsys.readouterr().out
+    assert not (folder / "seed0.ckpt").exists()
+    whole = json.loads((tmp_path / "whole" / "Esper-Synthetic-v0" / "esper_agent" / "seed0.json").read_text())
+    resumed = json.loads((folder / "seed0.json").read_text())
+    assert [p["return"] for p in resumed["curve"]] == [p["return"] for p in whole["curve"]]
+    assert resumed["episodes"] == whole["episodes"]
+
+
+def test_a_maskable_slice_whose_evaluation_was_cut_short_evaluates_again(tmp_path, monkeypatch, capsys):
+    torch.set_num_threads(1)
+    args = ["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--seeds", "0", "--eval-episodes", "1",
+            "--num-envs", "2", "--arms", "maskable_flat", "--budget-epochs", "12", "--out", str(tmp_path)]
+    folder = tmp_path / "Esper-Synthetic-v0" / "maskable_flat"
+    with monkeypatch.context() as lost:
+        _lose_host_at(lost, compare_agents, "evaluate", 1)
+        with pytest.raises(_HostLost):
+            compare_agents.main(args)
+    assert json.loads((folder / "seed0.curve.json").read_text())["host_epochs"] == 12
+    compare_agents.main(args)
+    assert "continues from 12 host epochs" in capsys.readouterr().out
+    assert [p["host_epochs"] for p in json.loads((folder / "seed0.json").read_text())["curve"]] == [6, 6, 12, 12]
+    assert not (folder / "seed0.sb3.zip").exists() and not (folder / "seed0.curve.json").exists()
 
 
 def test_a_paused_maskable_slice_continues_to_its_budget(tmp_path, capsys):
