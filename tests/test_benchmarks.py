@@ -184,8 +184,8 @@ def test_an_agent_slice_cut_short_continues_from_its_last_update(tmp_path, monke
     torch.set_num_threads(1)
     common = ["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--seeds", "0", "--eval-episodes", "2",
               "--num-envs", "2", "--arms", "esper_agent", "--budget-epochs", "18", "--agent-device", "cpu",
-              "--agent-kwargs", json.dumps({"hidden_size": 16, "imitation_updates": 1})]  # three updates
-    compare_agents.main([*common, "--out", str(tmp_path / "whole")])
+              "--agent-kwargs", json.dumps({"hidden_size": 16, "imitation_updates": 1, "select_best_window": 1})]
+    compare_agents.main([*common, "--out", str(tmp_path / "whole")])  # three updates, the best one's policy kept
     cut = [*common, "--out", str(tmp_path / "cut")]
     folder = tmp_path / "cut" / "Esper-Synthetic-v0" / "esper_agent"
     with monkeypatch.context() as lost:  # the host goes during the third update
@@ -205,7 +205,9 @@ def test_an_agent_slice_cut_short_continues_from_its_last_update(tmp_path, monke
     whole = json.loads((tmp_path / "whole" / "Esper-Synthetic-v0" / "esper_agent" / "seed0.json").read_text())
     resumed = json.loads((folder / "seed0.json").read_text())
     assert [p["return"] for p in resumed["curve"]] == [p["return"] for p in whole["curve"]]
+    assert resumed["selection"] == whole["selection"] and resumed["selection"] is not None
     assert resumed["episodes"] == whole["episodes"]
+    assert resumed["last_policy_episodes"] == whole["last_policy_episodes"]
 
 
 def test_a_maskable_slice_whose_evaluation_was_cut_short_evaluates_again(tmp_path, monkeypatch, capsys):
