@@ -29,8 +29,9 @@ stops at the next update boundary without a slice. esper_agent continues exactly
 from (seed, update) at every rollout: :mod:`esper_agent.trainer`); MaskablePPO continues its network and optimizer on
 fresh envs, with its env and action-sampling streams reseeded from (seed, host epochs so far) (its rollouts are
 whole episodes here, so no episode is cut). A slice continues only under the settings it was saved with (env, its
-kwargs, sub-envs, budget, agent kwargs). Saving costs little beside an update: 18 ms (on a CPU) for the 1.5 MB
-checkpoint of the ``compare_val5k`` agent, whose updates take about 4.5 s on an H200. Before 2026-11-28 the state
+kwargs, sub-envs, budget, agent kwargs). Saving costs little beside an update: 11 ms on 2 CPU threads for the
+1.5 MB checkpoint of the ``compare_val5k`` agent (``benchmarks/checkpoint_cost.py``), whose updates take about 4.5 s
+on an H200. Before 2026-11-28 the state
 was saved only on a pause and deleted when training ended, so a host lost during evaluation lost every update
 since the last pause.
 
@@ -221,7 +222,7 @@ def train_maskable(args: argparse.Namespace, seed: int, flatten: bool, folder: P
         # rate or clip range; MaskablePPO's defaults used here are constant.
         model.learn(total_timesteps=min(steps * args.num_envs, args.budget_epochs - model.num_timesteps),
                     callback=Curve(), reset_num_timesteps=False)
-        _save_maskable(model, saved, saved_curve, {"curve": curve, "train_seconds": clock.total_s(),
+        save_maskable(model, saved, saved_curve, {"curve": curve, "train_seconds": clock.total_s(),
                                                    "host_epochs": model.num_timesteps, "settings": settings})
         if model.num_timesteps < args.budget_epochs and clock.out_of_time():
             env.close()
@@ -232,7 +233,7 @@ def train_maskable(args: argparse.Namespace, seed: int, flatten: bool, folder: P
     return Trained(actor(), curve, clock.total_s(), sampled_actor=actor(deterministic=False, seed=seed))
 
 
-def _save_maskable(model: Any, saved: Path, saved_curve: Path, record: dict[str, Any]) -> None:
+def save_maskable(model: Any, saved: Path, saved_curve: Path, record: dict[str, Any]) -> None:
     """The model and its curve, each through a temporary file (the model's host-epoch count ties them)."""
     tmp = saved_curve.with_suffix(".tmp")
     tmp.write_text(json.dumps(record))
@@ -355,7 +356,8 @@ def main(argv: list[str] | None = None) -> None:
                         "with episodes paired to its earlier slices (the report then counts only the episodes no "
                         "two seeds share: S seeds of N episodes each keep (N + S - 1) // S per seed)")
     parser.add_argument("--time-limit-s", type=float, default=None, help="a learning slice that has trained this "
-                        "many seconds in this run saves its state and stops; rerunning continues it (default: none)")
+                        "many seconds in this run stops at the next update (its state is saved after every update); "
+                        "rerunning continues it (default: none)")
     parser.add_argument("--eval-sampled", action="store_true", help="learning arms also play the evaluation "
                         "episodes with actions sampled from their policy, not its argmax (sampled_episodes)")
     parser.add_argument("--agent-kwargs", default="{}", help="JSON AgentConfig overrides for esper_agent")

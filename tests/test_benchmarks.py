@@ -11,9 +11,17 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks import compare_agents, compare_plots, compare_report, grouped, host_alone, imitation_probe
+from benchmarks import (
+    checkpoint_cost,
+    compare_agents,
+    compare_plots,
+    compare_report,
+    grouped,
+    host_alone,
+    imitation_probe,
+)
 from benchmarks.sb3_actor import Sb3Actor
-from esper_agent.checkpoint import load_checkpoint
+from esper_agent.checkpoint import load_checkpoint, save_checkpoint
 from esper_env.host import HostModel
 
 # report_test_accuracy may be named in --env-kwargs: evaluation measures the test set whatever it says
@@ -418,3 +426,14 @@ def test_the_report_orders_seeds_by_number_and_scores_a_subset_of_seeds_apart(tm
         compare_report.main([str(folder), "--seeds", "7"])
     for seeds, name in (([15, 8, 9, 10, 11, 12, 13, 14], "8-15"), ([3, 0, 5], "0_3_5"), ([10], "10")):
         assert compare_report.seed_list_name(seeds) == name and compare_report.seeds_named(name) == sorted(seeds)
+
+
+def test_checkpoint_cost_times_both_kinds_of_saved_state(tmp_path):
+    saved = save_checkpoint(tmp_path / "seed0.ckpt", {k: {} for k in ("config", "policy", "optimizer", "normalizers",
+                                                                       "rng", "counters", "shape")})
+    out = tmp_path / "cost.json"
+    checkpoint_cost.main([str(saved), "--repeats", "2", "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert result["esper_agent"]["bytes"] == saved.stat().st_size
+    assert result["maskable_multidiscrete"]["bytes"] > 0
+    assert all(result[k]["median_save_ms"] > 0 for k in ("esper_agent", "maskable_multidiscrete"))
