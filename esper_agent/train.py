@@ -67,15 +67,25 @@ def make_envs(env_id: str, num_envs: int, env_kwargs: dict[str, Any]) -> gym.vec
     return gym.make_vec(env_id, num_envs=num_envs, **env_kwargs)
 
 
-def git_commit() -> tuple[str, bool | None]:
-    """(commit of the checkout holding this package, whether it has uncommitted changes), or "unknown"."""
-    where = Path(__file__).resolve().parent
+# Folders the benchmarks write their results and logs into: a run that writes there (or deletes a saved state it
+# resumed from) still ran the commit's code, so changes under them do not count as uncommitted code.
+RESULT_PATHS = ("benchmarks/results",)
+
+
+def git_commit(where: Path | None = None) -> tuple[str, bool | None]:
+    """(commit of the checkout holding this package, whether its code has uncommitted changes), or "unknown".
+
+    Code is every tracked or untracked file outside ``RESULT_PATHS`` and ``.gitignore``; ``where`` is a folder in
+    the checkout (default: this package's).
+    """
+    where = where or Path(__file__).resolve().parent
+    outside_results = [":(top)", *(f":(top,exclude){path}" for path in RESULT_PATHS)]
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, timeout=10)
         if head.returncode != 0:
             return "unknown", None
-        status = subprocess.run(["git", "status", "--porcelain"], cwd=where, capture_output=True, text=True,
-                                timeout=10)
+        status = subprocess.run(["git", "status", "--porcelain", "--", *outside_results], cwd=where,
+                                capture_output=True, text=True, timeout=10)
         return head.stdout.strip(), bool(status.stdout.strip()) if status.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         return "unknown", None

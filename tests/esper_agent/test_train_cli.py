@@ -147,3 +147,28 @@ def test_slot_conditioned_heads_train_resume_and_evaluate(tmp_path: Path) -> Non
     assert payload["policy"]["heads.2.2.weight"].shape[0] == num_slots * blueprints  # a row of logits per slot
     assert train.main([*base_args(run_dir, updates=2), "--slot-conditioned-heads", "--resume", str(run_dir)]) == 0
     assert evaluate.main(["--checkpoint", str(run_dir / "checkpoint.pt"), "--episodes", "2"]) == 0
+
+
+def test_git_dirty_counts_code_not_results(tmp_path: Path) -> None:
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "code.py").write_text("x = 1\n")
+    results = tmp_path / "benchmarks" / "results"
+    results.mkdir(parents=True)
+    (results / "seed0.ckpt").write_text("state")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-q", "-m", "start")
+    assert train.git_commit(tmp_path / "pkg")[1] is False
+    (results / "seed0.ckpt").unlink()  # a resumed slice removes its saved state; a run writes its log
+    (results / "run.log").write_text("log")
+    commit, dirty = train.git_commit(tmp_path / "pkg")
+    assert re.fullmatch(r"[0-9a-f]{40}", commit) and dirty is False
+    (tmp_path / "launch.sh").write_text("echo")  # untracked code counts
+    assert train.git_commit(tmp_path / "pkg")[1] is True
+    (tmp_path / "launch.sh").unlink()
+    (tmp_path / "pkg" / "code.py").write_text("x = 2\n")
+    assert train.git_commit(tmp_path / "pkg")[1] is True
