@@ -30,10 +30,9 @@ from (seed, update) at every rollout: :mod:`esper_agent.trainer`); MaskablePPO c
 fresh envs, with its env and action-sampling streams reseeded from (seed, host epochs so far) (its rollouts are
 whole episodes here, so no episode is cut). A slice continues only under the settings it was saved with (env, its
 kwargs, sub-envs, budget, agent kwargs). Saving costs little beside an update: 11 ms on 2 CPU threads for the
-1.5 MB checkpoint of the ``compare_val5k`` agent (``benchmarks/checkpoint_cost.py``), whose updates take about 4.5 s
-on an H200. Before 2026-11-28 the state
-was saved only on a pause and deleted when training ended, so a host lost during evaluation lost every update
-since the last pause.
+1.5 MB checkpoint of the ``compare_val5k`` agent (``benchmarks/checkpoint_cost.py``), whose updates take 4.6-5.0 s
+for one slice alone on an H200 (its seeds 12, 14 and 15: ``train_seconds`` of the slice less that of the saved
+state).
 
     python -m benchmarks.compare_agents --env Esper-CIFAR10-Fast-v0 --arms heuristic random static \\
         --seeds 0 1 2 3 4 --out benchmarks/results/compare

@@ -12,8 +12,8 @@
 # also one process per seed, then the learning arms. Logs go to $R/logs. The esper_agent folder is
 # esper_agent[-LABEL] (no label by default). Slices are resumable: rerunning skips the (arm, seed) pairs done.
 # Every process holds its own copy of the data and its sub-envs' hosts and CUDA graphs on its GPU: on
-# Esper-CIFAR10-v0 with 8 sub-envs 17-25 GB each, so 8 of them on one 140 GB H200 ran out of memory (README,
-# session 18); there, deal at most 5 per GPU (fewer SEEDS or ARMS per run, or GPUS).
+# Esper-CIFAR10-v0 with 8 sub-envs 15-26 GiB each, so 7 and 8 of them on two 140 GiB H200s ran out of memory
+# (README, session 18); there, deal at most 5 per GPU (5 x 26 GiB fits; fewer SEEDS or ARMS per run, or GPUS).
 # GPU_OFFSET: the GPU the first process goes to, so that a second spread beside a running one starts on the GPUs
 # the first one loads least.
 # GPUS: the GPU of each process in turn, in the order (arm, seed) are dealt, e.g. GPUS="0 0 1 1 2" for five seeds
