@@ -1,0 +1,168 @@
+"""What growing late costs in the growable host family, and how much the learning-rate schedule decides it.
+
+Trains members of :mod:`esper_env.family` on real CIFAR-10 (45k training split, scored on the 10k test set with
+flip test-time augmentation), static or grown from the seedling mid-run by :func:`~esper_env.family.widen`
+(Net2Net channel splitting) and :func:`~esper_env.family.deepen` with the optimizer's momentum carried through
+the growth. Two schedules of the peak learning rate, both with one epoch of linear warm-up:
+
+* ``linear``: linear decay to 0 over the rest of the run (the fast CIFAR recipes' schedule);
+* ``wsd``: warm-up, stable at the peak, then linear decay to 0 over the last ``--decay-frac`` of the run.
+  A network grown during the stable phase loses no "high learning-rate time" to arriving late; only the
+  epochs before its birth.
+
+The recipe's hyperparameters are the fast-recipe family's (batch 512, Nesterov SGD at peak 0.2, momentum 0.9,
+weight decay 5e-4, label smoothing 0.2, flip + 2-pixel translate): facts from the recipes, code our own.
+
+    python -m benchmarks.grow_cost --data-dir DIR --seeds 0 1 --out results.jsonl [--shard 0/4]
+
+Each finished run appends one JSON line (arm, seed, test accuracy, params, training FLOPs, the validation
+accuracy after every epoch, seconds); ``--shard i/n`` runs every n-th (arm, seed) pair so several processes
+can share one GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from esper_env.config import EnvConfig
+from esper_env.data import Dataset, load_dataset, normalize, random_crop_flip
+from esper_env.family import Architecture, FamilyNet, carry_momentum, deepen, forward_flops, param_count, widen
+
+BATCH = 512  # images
+PEAK_LR = 0.2  # per step, batch 512
+MOMENTUM = 0.9
+WEIGHT_DECAY = 5e-4
+LABEL_SMOOTHING = 0.2
+TRANSLATE = 2  # pixels
+
+SEEDLING = Architecture((16, 32, 32), (0, 0, 0))
+MEDIUM = Architecture((32, 64, 64), (0, 1, 1))
+FINAL = Architecture((64, 128, 128), (0, 1, 1))
+LARGEST = Architecture((64, 256, 256), (0, 1, 1))
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    start: Architecture
+    final: Architecture
+    grow_epoch: int | None  # None: trained static as ``final``
+    schedule: str
+
+
+def arms(epochs: int) -> list[Arm]:
+    """Statics on both schedules, and seedling -> FINAL at 10%, 25% and 50% of the run on both."""
+    out = []
+    for schedule in ("linear", "wsd"):
+        for label, arch in (("seedling", SEEDLING), ("medium", MEDIUM), ("final", FINAL), ("largest", LARGEST)):
+            out.append(Arm(f"static-{label}-{schedule}", arch, arch, None, schedule))
+        for fraction in (0.1, 0.25, 0.5):
+            at = round(fraction * epochs)
+            out.append(Arm(f"grow{int(fraction * 100)}-final-{schedule}", SEEDLING, FINAL, at, schedule))
+    return out
+
+
+def learning_rate(step: int, total: int, warmup: int, schedule: str, decay_frac: float) -> float:
+    """Peak-relative learning rate at ``step`` of ``total`` (both in batches)."""
+    if step < warmup:
+        return PEAK_LR * (step + 1) / warmup
+    decay_start = warmup if schedule == "linear" else max(warmup, round(total * (1 - decay_frac)))
+    if step < decay_start:
+        return PEAK_LR
+    return PEAK_LR * max(0.0, (total - step) / (total - decay_start))
+
+
+def grow_to(net: FamilyNet, final: Architecture, optimizer: torch.optim.Optimizer, generator: torch.Generator) -> None:
+    for stage, width in enumerate(final.widths):
+        if width > net.arch.widths[stage]:
+            carry_momentum(optimizer, widen(net, stage, width, generator=generator))
+    for stage, blocks in enumerate(final.blocks):
+        while net.arch.blocks[stage] < blocks:
+            carry_momentum(optimizer, deepen(net, stage))
+    net.to(memory_format=torch.channels_last)
+
+
+@torch.no_grad()
+def accuracy(net: FamilyNet, images: torch.Tensor, labels: torch.Tensor, data: Dataset, tta: bool) -> float:
+    net.eval()
+    correct = torch.zeros((), device=images.device)
+    for start in range(0, len(images), 2000):
+        x = normalize(images[start : start + 2000], data.mean, data.std).contiguous(memory_format=torch.channels_last)
+        with torch.autocast("cuda", torch.bfloat16, enabled=x.is_cuda):
+            logits = net(x) + (net(x.flip(3)) if tta else 0)
+        correct += (logits.argmax(1) == labels[start : start + 2000]).sum()
+    net.train()
+    return float(correct) / len(images)  # sync: once per epoch
+
+
+def train(arm: Arm, seed: int, data: Dataset, epochs: int, decay_frac: float) -> dict:
+    device = data.train_x.device
+    torch.manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    cpu_gen = torch.Generator().manual_seed(seed)
+    net = FamilyNet(arm.start, 10).to(device, memory_format=torch.channels_last)
+    opt = torch.optim.SGD(net.parameters(), lr=PEAK_LR, momentum=MOMENTUM, nesterov=True, weight_decay=WEIGHT_DECAY)
+    n = len(data.train_x)
+    per_epoch = n // BATCH
+    total, flops, val_curve = epochs * per_epoch, 0, []
+    started = time.perf_counter()
+    for epoch in range(epochs):
+        if arm.grow_epoch == epoch:
+            grow_to(net, arm.final, opt, cpu_gen)
+        order = torch.randperm(n, device=device, generator=gen)
+        for i in range(per_epoch):
+            step = epoch * per_epoch + i
+            for group in opt.param_groups:
+                group["lr"] = learning_rate(step, total, per_epoch, arm.schedule, decay_frac)
+            idx = order[i * BATCH : (i + 1) * BATCH]
+            offsets = torch.randint(0, 2 * TRANSLATE + 1, (BATCH, 2), device=device, generator=gen)
+            flips = torch.rand(BATCH, device=device, generator=gen) < 0.5
+            x = normalize(random_crop_flip(data.train_x[idx], offsets, flips, TRANSLATE), data.mean, data.std)
+            with torch.autocast("cuda", torch.bfloat16, enabled=x.is_cuda):
+                loss = F.cross_entropy(net(x.contiguous(memory_format=torch.channels_last)), data.train_y[idx],
+                                       label_smoothing=LABEL_SMOOTHING)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        flops += 3 * forward_flops(net.arch, data.image_size) * per_epoch * BATCH
+        val_curve.append(accuracy(net, data.val_x, data.val_y, data, tta=False))
+    seconds = time.perf_counter() - started
+    return {**asdict(arm), "seed": seed, "epochs": epochs, "decay_frac": decay_frac,
+            "test_accuracy": accuracy(net, data.test_x, data.test_y, data, tta=True),
+            "params": param_count(net.arch), "train_flops": flops, "val_curve": val_curve, "seconds": seconds,
+            "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", required=True, help="folder with the CIFAR-10 .npz shards")
+    parser.add_argument("--dataset", default="cifar10", choices=("cifar10", "synthetic"))
+    parser.add_argument("--epochs", type=int, default=20, help="epochs per run (count)")
+    parser.add_argument("--decay-frac", type=float, default=0.3, help="wsd: fraction of the run spent decaying")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--arms", nargs="*", help="arm names to run (default: all)")
+    parser.add_argument("--shard", default="0/1", help="i/n: run every n-th (arm, seed) pair, starting at i")
+    parser.add_argument("--out", type=Path, required=True, help="JSON-lines file to append results to")
+    args = parser.parse_args(argv)
+    shard, shards = (int(v) for v in args.shard.split("/"))
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.backends.cudnn.benchmark = True
+    cfg = EnvConfig(dataset=args.dataset, data_dir=args.data_dir, download=False)
+    data = load_dataset(cfg, device)
+    todo = [(arm, seed) for seed in args.seeds for arm in arms(args.epochs) if not args.arms or arm.name in args.arms]
+    for arm, seed in todo[shard::shards]:
+        row = train(arm, seed, data, args.epochs, args.decay_frac)
+        with args.out.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(f"{arm.name} seed {seed}: test {row['test_accuracy']:.4f} in {row['seconds']:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,290 @@
+"""The growable host family of the task's version 2: a fast modern CNN grown in width and depth.
+
+An :class:`Architecture` names a member of the family; :class:`FamilyNet` builds it::
+
+    stem:    conv3x3(3 -> stem) -> BatchNorm -> GELU                               (full resolution)
+    stage i: conv3x3(c_in -> w_i) -> MaxPool2 -> BatchNorm -> GELU, then blocks[i] residual blocks
+    block:   x + BN0(conv3x3(GELU(BN(conv3x3(x)))))                                 (at the stage's resolution)
+    head:    global max pool -> linear (no bias), logits scaled by 1/8
+
+This is the shape of the fast CIFAR-10 recipes (airbench and its ancestors): three pooled conv groups, GELU,
+a max-pooled head with scaled logits. The residual blocks carry the depth, because a block whose last
+BatchNorm starts with weight 0 is exactly the identity, which makes deepening free at birth.
+
+Growth keeps the function (up to the symmetry-breaking noise of width growth):
+
+* :func:`deepen` appends a residual block to a stage; its last BatchNorm's weight and bias start at 0.
+* :func:`widen` gives a stage more channels by splitting existing ones, as Net2Net's WiderNet does (Chen,
+  Goodfellow & Shlens, 2016, arXiv:1511.05641): every new channel copies a randomly chosen source channel's
+  incoming weights and BatchNorm state, and every layer that reads the stage divides the source's outgoing
+  weights among its copies, so the sum the next layer sees is unchanged. Small noise on the copies' incoming
+  weights breaks the symmetry so that copies can learn apart. One index map serves the whole stage: the
+  residual sums add channel ``j`` to channel ``j``, so every tensor in the stage must split the same way.
+
+Both return a :class:`Growth` that maps each replaced parameter to its successor and the rule that expanded it,
+so :func:`carry_momentum` can expand an optimizer's state the same way (momentum is a sum of gradients of the
+same linear map, so it transforms like the weight). Counts of parameters and FLOPs are analytic and need no
+model (:func:`param_count`, :func:`forward_flops`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+LOGIT_SCALE = 1.0 / 8.0  # scaled logits, as in the fast recipes: with label smoothing it tames early steps
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A member of the family: stem width, and per stage its width and its number of residual blocks."""
+
+    widths: tuple[int, ...] = (16, 32, 32)
+    """Output channels of each stage (count)."""
+    blocks: tuple[int, ...] = (0, 0, 0)
+    """Residual blocks after each stage's pooled conv (count)."""
+    stem: int = 24
+    """Output channels of the full-resolution stem conv (count); fixed for the whole episode."""
+
+    def __post_init__(self) -> None:
+        if len(self.widths) < 1 or any(w < 1 for w in self.widths):
+            raise ValueError(f"widths={self.widths!r}; expected a non-empty tuple of positive channel counts")
+        if len(self.blocks) != len(self.widths) or any(b < 0 for b in self.blocks):
+            raise ValueError(f"blocks={self.blocks!r}; expected {len(self.widths)} block counts >= 0, one per stage")
+        if self.stem < 1:
+            raise ValueError(f"stem={self.stem!r}; expected a positive channel count")
+
+    def widened(self, stage: int, width: int) -> Architecture:
+        widths = list(self.widths)
+        widths[stage] = width
+        return replace(self, widths=tuple(widths))
+
+    def deepened(self, stage: int) -> Architecture:
+        blocks = list(self.blocks)
+        blocks[stage] += 1
+        return replace(self, blocks=tuple(blocks))
+
+
+def _conv(c_in: int, c_out: int) -> nn.Conv2d:
+    return nn.Conv2d(c_in, c_out, 3, padding=1, bias=False)
+
+
+class ResidualBlock(nn.Module):
+    """``x + BN0(conv(GELU(BN(conv(x)))))``; BN0 starts at weight 0 and bias 0, so the block starts as identity."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.conv1, self.norm1 = _conv(width, width), nn.BatchNorm2d(width)
+        self.conv2, self.norm2 = _conv(width, width), nn.BatchNorm2d(width)
+        nn.init.zeros_(self.norm2.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.norm2(self.conv2(F.gelu(self.norm1(self.conv1(x)))))
+
+
+class Stage(nn.Module):
+    """``conv -> MaxPool2 -> BN -> GELU`` at half the input's resolution, then residual blocks."""
+
+    def __init__(self, c_in: int, width: int, blocks: int) -> None:
+        super().__init__()
+        self.conv, self.norm = _conv(c_in, width), nn.BatchNorm2d(width)
+        self.blocks = nn.ModuleList(ResidualBlock(width) for _ in range(blocks))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.gelu(self.norm(F.max_pool2d(self.conv(x), 2)))
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+class FamilyNet(nn.Module):
+    """A host of the family; :attr:`arch` always describes the current (possibly grown) shape."""
+
+    def __init__(self, arch: Architecture, num_classes: int, in_channels: int = 3) -> None:
+        super().__init__()
+        self.arch = arch
+        self.stem = nn.Sequential(_conv(in_channels, arch.stem), nn.BatchNorm2d(arch.stem), nn.GELU())
+        inputs = (arch.stem, *arch.widths[:-1])
+        self.stages = nn.ModuleList(Stage(c, w, b) for c, w, b in zip(inputs, arch.widths, arch.blocks, strict=True))
+        self.head = nn.Linear(arch.widths[-1], num_classes, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        for stage in self.stages:
+            x = stage(x)
+        return self.head(F.adaptive_max_pool2d(x, 1).flatten(1)) * LOGIT_SCALE
+
+
+# --- counting ----------------------------------------------------------------------------------------------
+
+
+def param_count(arch: Architecture, num_classes: int = 10, in_channels: int = 3) -> int:
+    """Trainable parameters of ``arch`` (conv weights, BatchNorm affines, the head)."""
+    total = 9 * in_channels * arch.stem + 2 * arch.stem
+    c_in = arch.stem
+    for width, blocks in zip(arch.widths, arch.blocks, strict=True):
+        total += 9 * c_in * width + 2 * width + blocks * (2 * 9 * width * width + 4 * width)
+        c_in = width
+    return total + c_in * num_classes
+
+
+def forward_flops(arch: Architecture, image_size: int = 32, num_classes: int = 10, in_channels: int = 3) -> int:
+    """Multiply-adds times two of one image's forward pass through the convolutions and the head.
+
+    Normalisation, activations and pooling are left out: they are a few percent of a conv net's arithmetic.
+    A training step costs about three forward passes (forward, and the two products of the backward).
+    """
+    pixels = image_size * image_size
+    flops = 2 * 9 * in_channels * arch.stem * pixels
+    c_in = arch.stem
+    for width, blocks in zip(arch.widths, arch.blocks, strict=True):
+        flops += 2 * 9 * c_in * width * pixels  # the stage's conv runs before its pool
+        pixels //= 4
+        flops += blocks * 2 * (2 * 9 * width * width * pixels)
+        c_in = width
+    return flops + 2 * c_in * num_classes
+
+
+# --- growth ------------------------------------------------------------------------------------------------
+
+Rule = Callable[[torch.Tensor], torch.Tensor]
+"""How a parameter (or its optimizer state) of the old shape becomes one of the new shape."""
+
+
+@dataclass
+class Growth:
+    """What one growth step did: the parameters it replaced, their successors and rules, and what it added."""
+
+    replaced: list[tuple[nn.Parameter, nn.Parameter, Rule]]
+    added: list[nn.Parameter]
+
+
+def deepen(net: FamilyNet, stage: int) -> Growth:
+    """Append an identity-at-birth residual block to ``stage``, on the net's device and dtype."""
+    _check_stage(net, stage)
+    reference = net.head.weight
+    block = ResidualBlock(net.arch.widths[stage]).to(reference.device, reference.dtype)
+    net.stages[stage].blocks.append(block)
+    net.arch = net.arch.deepened(stage)
+    return Growth(replaced=[], added=list(block.parameters()))
+
+
+def widen(net: FamilyNet, stage: int, width: int, noise: float = 0.01,
+          generator: torch.Generator | None = None) -> Growth:
+    """Split channels of ``stage`` until it has ``width``; the function changes only by ``noise``.
+
+    ``noise``: standard deviation of the perturbation added to each copy's incoming conv weights, relative to
+    the standard deviation of that weight tensor (unitless; 0 keeps the function exactly, up to round-off).
+    Sources are drawn with ``generator`` (on the CPU; default torch's global one).
+    """
+    _check_stage(net, stage)
+    old = net.arch.widths[stage]
+    if width <= old:
+        raise ValueError(f"width={width} for stage {stage}; expected more than its current {old} channels")
+    sources = torch.randint(old, (width - old,), generator=generator)
+    index = torch.cat([torch.arange(old), sources])
+    counts = torch.bincount(index, minlength=old).to(torch.float32)[index]  # copies of each channel's source
+    split = _Split(index, counts, old, noise, generator)
+    for module, out_rows, in_cols in _stage_tensors(net, stage):
+        split.apply(module, out_rows, in_cols)
+    net.arch = net.arch.widened(stage, width)
+    return Growth(replaced=split.replaced, added=[])
+
+
+def _check_stage(net: FamilyNet, stage: int) -> None:
+    if not 0 <= stage < len(net.stages):
+        raise ValueError(f"stage={stage!r}; expected a stage index in [0, {len(net.stages)})")
+
+
+def _stage_tensors(net: FamilyNet, stage: int) -> Iterator[tuple[nn.Module, bool, bool]]:
+    """Every module whose weights index the stage's channels: (module, on its outputs, on its inputs)."""
+    body = net.stages[stage]
+    yield body.conv, True, False
+    yield body.norm, True, False
+    for block in body.blocks:
+        yield from ((block.conv1, True, True), (block.norm1, True, False))
+        yield from ((block.conv2, True, True), (block.norm2, True, False))
+    consumer = net.stages[stage + 1].conv if stage + 1 < len(net.stages) else net.head
+    yield consumer, False, True
+
+
+class _Split:
+    """Applies one stage's channel map to modules, recording how each parameter was expanded."""
+
+    def __init__(self, index: torch.Tensor, counts: torch.Tensor, old: int, noise: float,
+                 generator: torch.Generator | None) -> None:
+        self.index, self.counts, self.old = index, counts, old
+        self.noise, self.generator = noise, generator
+        self.replaced: list[tuple[nn.Parameter, nn.Parameter, Rule]] = []
+
+    def rule(self, out_rows: bool, in_cols: bool) -> Rule:
+        def expand(t: torch.Tensor) -> torch.Tensor:
+            index = self.index.to(t.device)
+            if out_rows:
+                t = t.index_select(0, index)
+            if in_cols:
+                t = t.index_select(1, index) / self.counts.to(t.device, t.dtype).view(1, -1, *[1] * (t.dim() - 2))
+            return t
+        return expand
+
+    def apply(self, module: nn.Module, out_rows: bool, in_cols: bool) -> None:
+        rule = self.rule(out_rows, in_cols)
+        for name, param in list(module.named_parameters(recurse=False)):
+            grown = rule(param.detach())
+            if out_rows and isinstance(module, nn.Conv2d):
+                grown = self._perturb_copies(grown)
+            successor = nn.Parameter(grown, requires_grad=param.requires_grad)
+            setattr(module, name, successor)
+            self.replaced.append((param, successor, rule))
+        for name, buffer in list(module.named_buffers(recurse=False)):
+            if buffer.dim() == 1:  # BatchNorm running statistics; num_batches_tracked (0-dim) stays
+                setattr(module, name, buffer.index_select(0, self.index.to(buffer.device)))
+        _set_channel_counts(module, out_rows, in_cols, len(self.index))
+
+    def _perturb_copies(self, weight: torch.Tensor) -> torch.Tensor:
+        if self.noise == 0:
+            return weight
+        copies = weight[self.old:]
+        scale = self.noise * float(weight[: self.old].std())  # sync: once per growth step, not per batch
+        shape = copies.shape
+        draw = torch.randn(shape, generator=self.generator).to(weight.device, weight.dtype)
+        return torch.cat([weight[: self.old], copies + scale * draw])
+
+
+def _set_channel_counts(module: nn.Module, out_rows: bool, in_cols: bool, width: int) -> None:
+    """Keep the modules' shape attributes (used by their ``repr`` and by checks) true after a split."""
+    if isinstance(module, nn.Conv2d):
+        if out_rows:
+            module.out_channels = width
+        if in_cols:
+            module.in_channels = width
+    elif isinstance(module, nn.BatchNorm2d):
+        module.num_features = width
+    elif isinstance(module, nn.Linear) and in_cols:
+        module.in_features = width
+
+
+def carry_momentum(optimizer: torch.optim.Optimizer, growth: Growth) -> None:
+    """Point ``optimizer`` at the grown parameters: replaced ones keep their expanded state, added ones join.
+
+    Works for any optimizer whose per-parameter state tensors have the parameter's shape (SGD's momentum
+    buffer, Adam's moments); scalar state (Adam's step) is copied as is.
+    """
+    successors = {id(old): (new, rule) for old, new, rule in growth.replaced}
+    for group in optimizer.param_groups:
+        params = []
+        for param in group["params"]:
+            if id(param) not in successors:
+                params.append(param)
+                continue
+            new, rule = successors[id(param)]
+            state = optimizer.state.pop(param, {})
+            optimizer.state[new] = {k: rule(v) if torch.is_tensor(v) and v.dim() > 0 else v for k, v in state.items()}
+            params.append(new)
+        group["params"] = params
+    if growth.added:
+        optimizer.param_groups[0]["params"].extend(growth.added)
