@@ -26,6 +26,7 @@ from esper_agent.anomalies import detect_anomalies
 from esper_agent.buffer import Advantages, Rollout, RolloutStorage, compute_gae
 from esper_agent.collect import Collector, merge_rollout_stats, rank_reset_seed
 from esper_agent.config import AgentConfig
+from esper_agent.contracts import check_gamma_contract, check_imitation_possible, episode_length
 from esper_agent.distributed import SINGLE, SingleProcess, sample_seed, warn_main
 from esper_agent.envs import VectorEnvDriver
 from esper_agent.heuristic import HeuristicActor
@@ -35,46 +36,6 @@ from esper_agent.policy import RecurrentPolicy
 from esper_agent.ppo import NonFiniteGuard, Reference, TrainBatch, empty_ppo_stats, ppo_update
 from esper_agent.selection import BestPolicy, kept_policy, snapshot
 from esper_agent.telemetry import rollout_metrics
-from esper_env.spaces import observation_layout
-
-
-def check_gamma_contract(envs: gym.vector.VectorEnv, gamma: float) -> None:
-    """Refuse to train when the env shapes rewards with a PBRS discount other than the agent's gamma.
-
-    Potential-based shaping leaves the optimal policy unchanged only if its discount equals the learner's
-    (Ng et al. 1999); with another discount it adds a bias the agent would silently optimise.
-    """
-    env = envs.unwrapped
-    weight = float(getattr(env, "pbrs_weight", 0.0))
-    pbrs_gamma = getattr(env, "pbrs_gamma", None)
-    if weight == 0.0:
-        return
-    if pbrs_gamma is None or not math.isclose(float(pbrs_gamma), gamma, rel_tol=0.0, abs_tol=1e-12):
-        raise ValueError(f"the env shapes rewards with pbrs_weight={weight} and pbrs_gamma={pbrs_gamma}, but the "
-                         f"agent's gamma is {gamma}; set AgentConfig.gamma (--gamma) to {pbrs_gamma} or make the "
-                         "env use pbrs_gamma equal to the agent's gamma (or pbrs_weight=0)")
-
-
-def check_imitation_possible(imitation_updates: int, driver: VectorEnvDriver, ranks: SingleProcess) -> None:
-    """Refuse imitation where its teacher cannot run: under torchrun, or on observations that are not Esper's
-    (the heuristic reads Esper's observation layout)."""
-    if ranks.world_size > 1:
-        raise ValueError(f"imitation_updates={imitation_updates} is for one process; this run has "
-                         f"{ranks.world_size} ranks (set imitation_updates=0 or run without torchrun)")
-    esper_obs_dim = sum(f.size for f in observation_layout(driver.num_slots))
-    if driver.obs_dim != esper_obs_dim:
-        raise ValueError(f"imitation_updates={imitation_updates} needs Esper's observations (the heuristic teacher "
-                         f"reads their layout: {esper_obs_dim} values for {driver.num_slots} slots); this env's have "
-                         f"{driver.obs_dim}")
-
-
-def _episode_length(envs: gym.vector.VectorEnv) -> int | None:
-    env = envs.unwrapped
-    for source in (env, getattr(env, "config", None)):
-        value = getattr(source, "max_epochs", None)
-        if isinstance(value, int):
-            return value
-    return None
 
 
 def value_statistics(rollout: Rollout, advantages: Advantages, ranks: SingleProcess = SINGLE) -> dict[str, float]:
@@ -104,7 +65,7 @@ class Trainer:
         if config.num_minibatches > self.driver.num_envs:
             raise ValueError(f"num_minibatches={config.num_minibatches} exceeds num_envs={self.driver.num_envs}: "
                              "a minibatch holds whole env sequences")
-        length = _episode_length(envs)
+        length = episode_length(envs)
         if length is not None and config.rollout_steps < length:
             warnings.warn(f"rollout_steps={config.rollout_steps} < the env's episode length {length}: every rollout "
                           "restarts the envs, so the agent never sees the end of an episode", stacklevel=2)
