@@ -4,7 +4,8 @@ One update = ``update_epochs`` passes; each pass shuffles the sub-envs and split
 ``num_minibatches`` groups of *whole* env rows, replayed from their stored initial LSTM state (so the hidden
 states are recomputed with the current weights, never stale). Per minibatch:
 
-- joint log-ratio = sum over the heads relevant to the stored op (irrelevant heads add exactly 0);
+- joint log-ratio = sum over the heads relevant to the stored op (irrelevant heads add exactly 0), clamped to
+  +-``LOG_RATIO_BOUND`` nats before ``exp`` so that one extreme step cannot make the minibatch's gradient NaN;
 - one clipped surrogate on the joint ratio, with advantages normalised over the minibatch's valid steps;
 - value loss 0.5 * MSE against the returns in normalised-reward units (no value clipping: the values are
   recomputed from scratch, so there is no stale prediction to clip against);
@@ -46,6 +47,14 @@ SCALAR_STATS = ("loss/policy", "loss/value", "loss/entropy", "loss/total", "ppo/
 ADDITIVE_STATS = SCALAR_STATS[:7]
 """The scalars that are sums over steps divided by global counts: the ranks' shares add up (the ratio extremes
 do not; the head entropy sums do, the head counts are global already)."""
+
+LOG_RATIO_BOUND = 20.0
+"""Bound on the joint log-ratio before ``exp`` (nats). One step whose stored log-prob is far below the current one (a
+near-deterministic head that changed its mind, or a corrupted log-prob) would otherwise give a ratio of inf, and the
+backward pass's inf * 0 turns the whole minibatch's gradient into NaN. 20 nats is a ratio of 4.9e8 (or 2e-9):
+PPO clips at 1 +- clip_coef, and the KL early stop and the ratio anomaly check (anomaly_ratio_max) fire orders of
+magnitude earlier, so no normal update comes near it and within it the clamp is the identity, bit for bit. A step
+beyond it gives no gradient through its ratio (the clamp's derivative is 0 there) and reports the bound as its ratio."""
 
 
 class TrainBatch(NamedTuple):
@@ -162,7 +171,7 @@ def minibatch_terms(policy: RecurrentPolicy, batch: TrainBatch, rows: Tensor, cf
     def mean(x: Tensor) -> Tensor:
         return torch.where(valid, x, torch.zeros_like(x)).sum() / count
 
-    log_ratio = ev.log_prob - r.log_probs[index]
+    log_ratio = (ev.log_prob - r.log_probs[index]).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
     ratio = log_ratio.exp()
     pg_loss = mean(torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)))
     v_loss = 0.5 * mean((ev.value - batch.returns[index]) ** 2)
@@ -291,4 +300,4 @@ def summarize(records: list[Tensor], group_names: list[str], applied: int, skipp
 
 __all__ = ["ppo_update", "empty_ppo_stats", "minibatch_terms", "replay_rows", "Reference", "reference_kl",
            "head_entropy_sums", "entropy_bonus", "reduce_step", "TrainBatch", "NonFiniteGuard", "masked_mean",
-           "SCALAR_STATS", "ADDITIVE_STATS"]
+           "SCALAR_STATS", "ADDITIVE_STATS", "LOG_RATIO_BOUND"]

@@ -13,7 +13,15 @@ from agent_fixtures import one_torch_thread  # noqa: F401  (autouse: one torch t
 from esper_agent.anomalies import detect_anomalies
 from esper_agent.buffer import compute_gae
 from esper_agent.config import AgentConfig
-from esper_agent.ppo import SCALAR_STATS, NonFiniteGuard, Reference, TrainBatch, minibatch_terms, ppo_update
+from esper_agent.ppo import (
+    LOG_RATIO_BOUND,
+    SCALAR_STATS,
+    NonFiniteGuard,
+    Reference,
+    TrainBatch,
+    minibatch_terms,
+    ppo_update,
+)
 from esper_env.spaces import HEAD_NAMES, Op
 
 HEALTHY = {"ppo/ratio_max": 1.3, "ppo/ratio_min": 0.8, "ppo/nonfinite_steps": 0.0, "ppo/kl_max": 0.01,
@@ -193,3 +201,19 @@ def test_updates_on_the_reference_kl_alone_pull_the_policy_toward_the_reference(
         last = ppo_update(trainer.policy, trainer.optimizer, batch, cfg, trainer.minibatch_generator, guard,
                           reference=Reference(reference, 1.0))["loss/reference_kl"]
     assert last < 0.5 * first
+
+
+def test_one_extreme_ratio_no_longer_makes_the_minibatch_nonfinite() -> None:
+    """A stored log-prob 200 nats below the current one: exp of the raw log-ratio is inf in float32, and inf * 0 in
+    the backward pass made the minibatch's gradient NaN. Clamped, the step's ratio is the bound and gives no
+    gradient, and every other step of the minibatch still trains."""
+    trainer = toy_env.make_toy_trainer(num_minibatches=1)
+    batch = collected_batch(trainer)
+    batch.rollout.log_probs[0, 0] -= 200.0
+    before = [p.detach().clone() for p in trainer.policy.parameters()]
+    stats = run_update(trainer, batch, guard=NonFiniteGuard(limit=100), target_kl=0.0)
+    assert stats["ppo/nonfinite_steps"] == 0 and stats["ppo/steps_applied"] == trainer.config.update_epochs
+    assert stats["ppo/ratio_max"] == pytest.approx(math.exp(LOG_RATIO_BOUND), rel=1e-5)
+    assert "ratio_explosion" in names(stats["anomalies"])  # still reported
+    assert all(torch.isfinite(p).all() for p in trainer.policy.parameters())
+    assert not all(torch.equal(a, b) for a, b in zip(before, trainer.policy.parameters(), strict=True))
