@@ -16,10 +16,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
+from benchmarks.common import device_name, run_stamp, write_json
 from benchmarks.compare_agents import save_maskable
-from benchmarks.throughput import device_name
 from esper_agent.checkpoint import load_checkpoint, save_checkpoint
 
 
@@ -56,14 +54,14 @@ def main(argv: list[str] | None = None) -> None:
         agent_ms = median_ms(lambda: save_checkpoint(folder / "seed0.ckpt", state), args.repeats)
         save, saved = maskable_save(folder)
         maskable_ms = median_ms(save, args.repeats)
-        result = {"device": device_name("cpu"), "torch": torch.__version__, "repeats": args.repeats,
+        result = {"device": device_name("cpu"), **run_stamp(), "repeats": args.repeats,
                   "esper_agent": {"checkpoint": str(args.checkpoint), "bytes": (folder / "seed0.ckpt").stat().st_size,
                                   "median_save_ms": agent_ms},
                   "maskable_multidiscrete": {"env": "Esper-Synthetic-v0", "num_envs": 8,
                                              "bytes": saved.stat().st_size, "median_save_ms": maskable_ms}}
     print(json.dumps(result, indent=1))
     if args.out is not None:
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        write_json(args.out, result)
 
 
 if __name__ == "__main__":

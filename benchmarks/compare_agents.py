@@ -10,29 +10,25 @@ an evaluation env seeded apart from training, argmax actions, test accuracy meas
 ``<out>/<env>/<arm>/seed<k>.json`` (its episodes' timelines in ``seed<k>-records.json.gz``) plus one timeline PNG
 per evaluated episode. An esper_agent run with ``select_best_window`` in ``--agent-kwargs`` is evaluated with the
 policy its training kept (:mod:`esper_agent.selection`), and its last policy plays the same episodes too
-(``last_policy_episodes`` in the slice, the "(last policy)" row of the report). With ``--eval-sampled`` a learning
-arm also plays the same episodes sampling its actions (``sampled_episodes``, the "(sampled actions)" row): PPO
-trains the sampled policy, and its argmax can differ where it leans on rare actions. Seed ``k``'s evaluation
-episodes reset from ``EVAL_SEED_OFFSET + k * stride + i`` (``--eval-seed-stride``, default 1000): every arm plays
-the same episodes for one seed (paired), and different seeds play different episodes. Campaigns before 2026-11-27
-used stride 1, so seed k+1 replayed all but one of seed k's episodes; ``compare_report`` counts only episodes no
-other seed of the arm is credited with, which makes both kinds of slice valid. Existing slices are skipped, so a
-campaign larger than one session's device time is split over sessions; ``benchmarks/compare_report.py`` rebuilds the
-table and learning curves from every committed slice.
+(``last_policy_episodes``, the report's "(last policy)" row). With ``--eval-sampled`` a learning arm also plays the
+same episodes sampling its actions (``sampled_episodes``, the "(sampled actions)" row): PPO trains the sampled
+policy, and its argmax can differ where it leans on rare actions. Seed ``k``'s evaluation episodes reset from
+``EVAL_SEED_OFFSET + k * stride + i`` (``--eval-seed-stride``): every arm plays the same episodes for one seed
+(paired), and different seeds play different episodes (stride 1, kept for old campaigns, overlaps them;
+``compare_report`` then counts only episodes no other seed of the arm is credited with). Existing slices are
+skipped, so a campaign larger than one session's device time is split over runs (``benchmarks.campaign`` runs one
+process per slice over the GPUs); ``benchmarks/compare_report.py`` rebuilds the table and learning curves.
 
-A learning arm's training can itself span sessions and survive a lost machine: every learning slice saves its
-training state beside its folder's slices after each update (``seed<k>.ckpt`` for esper_agent, ``seed<k>.sb3.zip``
-and ``seed<k>.curve.json`` for MaskablePPO; :func:`saved_state`) and keeps it until its slice is written, so a run
-cut short anywhere, evaluation included, continues from its last update when the same command runs again (a
-finished training only evaluates again). With ``--time-limit-s``, a slice that has trained that long in this run
-stops at the next update boundary without a slice. esper_agent continues exactly where it stopped (its envs reset
-from (seed, update) at every rollout: :mod:`esper_agent.trainer`); MaskablePPO continues its network and optimizer on
-fresh envs, with its env and action-sampling streams reseeded from (seed, host epochs so far) (its rollouts are
-whole episodes here, so no episode is cut). A slice continues only under the settings it was saved with (env, its
-kwargs, sub-envs, budget, agent kwargs). Saving costs little beside an update: 11 ms on 2 CPU threads for the
-1.5 MB checkpoint of the ``compare_val5k`` agent (``benchmarks/checkpoint_cost.py``), whose updates take 4.6-5.0 s
-for one slice alone on an H200 (its seeds 12, 14 and 15: ``train_seconds`` of the slice less that of the saved
-state).
+A learning arm's training can span runs and survive a lost machine: every learning slice saves its training state
+beside its folder's slices after each update (``seed<k>.ckpt`` for esper_agent, ``seed<k>.sb3.zip`` and
+``seed<k>.curve.json`` for MaskablePPO; :func:`saved_state`) and keeps it until its slice is written, so a run
+cut short anywhere, evaluation included, continues from its last update when the same command runs again. With
+``--time-limit-s``, a slice that has trained that long in this run stops at the next update boundary without a
+slice. esper_agent continues exactly where it stopped (its envs reset from (seed, update) at every rollout:
+:mod:`esper_agent.trainer`); MaskablePPO continues its network and optimizer on fresh envs, with its env and
+action-sampling streams reseeded from (seed, host epochs so far) (its rollouts are whole episodes here, so no
+episode is cut). A slice continues only under the settings it was saved with (env, its kwargs, sub-envs, budget,
+agent kwargs). Saving costs little beside an update (``benchmarks/checkpoint_cost.py``).
 
     python -m benchmarks.compare_agents --env Esper-CIFAR10-Fast-v0 --arms heuristic random static \\
         --seeds 0 1 2 3 4 --out benchmarks/results/compare
@@ -54,9 +50,8 @@ import gymnasium as gym
 import numpy as np
 
 import esper_env  # noqa: F401
-from benchmarks.growth_screen import json_safe
+from benchmarks.common import device_name, run_stamp, write_atomic, write_json
 from benchmarks.sb3_actor import Sb3Actor
-from benchmarks.throughput import device_name
 from esper_agent.baselines import RandomValidActor, StaticActor
 from esper_agent.checkpoint import load_checkpoint, save_checkpoint
 from esper_agent.collect import rollout_seed
@@ -64,7 +59,7 @@ from esper_agent.config import AgentConfig
 from esper_agent.envs import VectorEnvDriver
 from esper_agent.evaluate import PolicyActor, TimelineRecorder, run_episodes
 from esper_agent.heuristic import HeuristicActor
-from esper_agent.train import git_commit, resolve_device
+from esper_agent.train import resolve_device
 from esper_agent.trainer import Trainer
 from esper_env.config import EnvConfig
 from esper_env.render import EpisodeRecord, write_contact_sheet, write_episode_png
@@ -234,9 +229,7 @@ def train_maskable(args: argparse.Namespace, seed: int, flatten: bool, folder: P
 
 def save_maskable(model: Any, saved: Path, saved_curve: Path, record: dict[str, Any]) -> None:
     """The model and its curve, each through a temporary file (the model's host-epoch count ties them)."""
-    tmp = saved_curve.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record))
-    tmp.replace(saved_curve)
+    write_json(saved_curve, record, indent=None)
     tmp = saved.with_name(f"{saved.stem}.tmp.zip")
     model.save(tmp)
     tmp.replace(saved)
@@ -310,14 +303,13 @@ def run_slice(arm: str, seed: int, args: argparse.Namespace, folder: Path) -> di
     for k, record in enumerate(records):
         write_episode_png(record, folder / f"seed{seed}-episode{k}.png", title=f"{arm}, seed {seed}, episode {k}")
     write_contact_sheet(records, folder / f"seed{seed}-sheet.png", title=f"{arm} on {args.env}, seed {seed}")
-    commit, dirty = git_commit()
     return {"arm": arm, "seed": seed, "env": args.env, "env_kwargs": args.env_kwargs, "num_envs": args.num_envs,
             "eval_seed_stride": args.eval_seed_stride,
             "budget_host_epochs": args.budget_epochs if arm in LEARNING_ARMS else 0,
             "agent_kwargs": json.loads(args.agent_kwargs) if arm == "esper_agent" else {},
             "agent_config": _agent_config(args).to_dict() if arm == "esper_agent" else None,
             "device": device_name(resolve_device(str(args.env_kwargs.get("device", "auto")))),
-            "git_commit": commit, "git_dirty": dirty, "train_seconds": trained.train_seconds,
+            **run_stamp(), "train_seconds": trained.train_seconds,
             "eval_seconds": finished - start, "curve": trained.curve, "episodes": episodes,
             "episode_records": [json.loads(r.to_json()) for r in records]} | extra
 
@@ -330,18 +322,18 @@ def records_path(slice_path: Path) -> Path:
 
 def write_slice(path: Path, result: dict) -> None:
     """The slice's timelines, then the slice itself (its existence marks the slice done), each written atomically."""
-    records = records_path(path)
-    tmp = records.with_suffix(".tmp")
-    tmp.write_bytes(gzip.compress(json.dumps(result["episode_records"]).encode(), mtime=0))
-    tmp.replace(records)
-    summary = {k: v for k, v in result.items() if k != "episode_records"}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(json_safe(summary), indent=1, allow_nan=False))  # NaN: not measured
-    tmp.replace(path)
+    write_atomic(records_path(path), gzip.compress(json.dumps(result["episode_records"]).encode(), mtime=0))
+    write_json(path, {k: v for k, v in result.items() if k != "episode_records"})  # NaN (not measured): null
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def slice_folder(out: Path, env: str, arm: str, label: str = "") -> Path:
+    """Where an arm's slices of one env go: ``<out>/<env>/<arm>``, or ``<arm>-<label>`` for a labelled run."""
+    return out / env / (f"{arm}-{label}" if label else arm)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.compare_agents",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="Esper-CIFAR10-Fast-v0")
     parser.add_argument("--env-kwargs", type=json.loads, default={}, help="JSON dict of env arguments")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
@@ -351,9 +343,8 @@ def main(argv: list[str] | None = None) -> None:
                         "over sub-envs) of every learning arm")
     parser.add_argument("--eval-episodes", type=int, default=8, help="evaluation episodes per seed")
     parser.add_argument("--eval-seed-stride", type=int, default=1000, help="seed k evaluates on reset seeds "
-                        "EVAL_SEED_OFFSET + k * stride + i; 1 only to finish a campaign begun before 2026-11-27 "
-                        "with episodes paired to its earlier slices (the report then counts only the episodes no "
-                        "two seeds share: S seeds of N episodes each keep (N + S - 1) // S per seed)")
+                        "EVAL_SEED_OFFSET + k * stride + i; 1 only to extend an old campaign whose seeds overlap "
+                        "(the report then counts only the episodes no two seeds share)")
     parser.add_argument("--time-limit-s", type=float, default=None, help="a learning slice that has trained this "
                         "many seconds in this run stops at the next update (its state is saved after every update); "
                         "rerunning continues it (default: none)")
@@ -364,14 +355,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/compare"))
     parser.add_argument("--label", default="", help="suffix of each arm's results folder (<arm>-<label>), so that "
                         "one arm can be run with several configs side by side")
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, checked: the flags' values together, not only one by one."""
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.eval_seed_stride != 1 and args.eval_seed_stride < args.eval_episodes:
         parser.error(f"--eval-seed-stride {args.eval_seed_stride}: expected 1 (the old overlapping seeds) or at "
                      f"least --eval-episodes ({args.eval_episodes}), so that no two seeds share an episode")
     if args.time_limit_s is not None and not args.time_limit_s >= 0:
         parser.error(f"--time-limit-s {args.time_limit_s}: expected a number of seconds >= 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     for arm in args.arms:
-        folder = args.out / args.env / (f"{arm}-{args.label}" if args.label else arm)
+        folder = slice_folder(args.out, args.env, arm, args.label)
         folder.mkdir(parents=True, exist_ok=True)
         for seed in args.seeds:
             path = folder / f"seed{seed}.json"

@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 import esper_env  # noqa: F401
-from benchmarks.throughput import CIFAR_SHAPED, device_name, random_actions
+from benchmarks.common import device_name, device_tag, run_stamp, write_json
+from benchmarks.throughput import CIFAR_SHAPED, random_actions
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> dict:
     steady = samples[len(samples) // 10:]
     summary = {key: {"min": min(s[key] for s in steady), "max": max(s[key] for s in steady)}
                for key in ("allocated", "reserved", "host_max_rss_kib")}
-    return {"device": device_name(args.device), "episodes": args.episodes, "num_envs": args.num_envs,
+    return {"device": device_name(args.device), **run_stamp(), "episodes": args.episodes, "num_envs": args.num_envs,
             "epochs_per_episode": args.episode_epochs, "graph_captures": captures,
             "seconds": elapsed, "steady_state": summary, "samples": samples}
 
@@ -64,9 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tag", default=None)
     args = parser.parse_args(argv)
     result = run(args)
-    tag = args.tag or result["device"].split(" (")[0].replace(" ", "-").lower()
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"memory-{tag}.json").write_text(json.dumps(result, indent=1))
+    write_json(args.out / f"memory-{args.tag or device_tag(result['device'])}.json", result)
     print(json.dumps({k: v for k, v in result.items() if k != "samples"}, indent=1))
 
 

@@ -1,6 +1,6 @@
 """Where a vector step's time goes on a GPU: steady replay with and without seeds, and re-captures.
 
-    python -m benchmarks.profile_step --num-envs 1 8
+    python -m benchmarks.profile_step --num-envs 1 8 --out benchmarks/results     # writes profile_step-<gpu>.json
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 import esper_env  # noqa: F401
+from benchmarks.common import device_name, device_tag, run_stamp, write_json
 from benchmarks.throughput import CIFAR_SHAPED
 from esper_env.spaces import Op
 
@@ -64,20 +65,20 @@ def capture_cost(kwargs: dict) -> dict:
     return {"seconds_per_step_with_recapture": t_churn, "seconds_per_step_without": t_wait}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-envs", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--out", type=Path, default=Path("/tmp"))
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    args = parser.parse_args(argv)
     kwargs = {**CIFAR_SHAPED, "device": "cuda", "max_epochs": 100}
-    result = {"capture": capture_cost(kwargs), "steady": []}
+    result = {"device": device_name("cuda"), **run_stamp(), "capture": capture_cost(kwargs), "steady": []}
     print(json.dumps(result["capture"]), flush=True)
     for n in args.num_envs:
         for seeds in (0, 3):
             row = steady_rates(n, seeds, kwargs)
             result["steady"].append(row)
             print(json.dumps(row), flush=True)
-    (args.out / "profile_step.json").write_text(json.dumps(result, indent=1))
+    write_json(args.out / f"profile_step-{device_tag(result['device'])}.json", result)
 
 
 if __name__ == "__main__":

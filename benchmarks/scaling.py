@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.throughput import device_name
+from benchmarks.common import device_name, device_tag, run_stamp, write_atomic, write_json
 from esper_agent import distributed, train
 from esper_agent.config import AgentConfig
 from esper_agent.trainer import Trainer
@@ -189,13 +189,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         devices = [f"cuda:{i}" for i in range(count)] if args.device != "cpu" else ["cpu"] * count
         rows.append(launch(args, 1, devices))
     efficiencies(rows)
-    commit, dirty = train.git_commit()
     nccl = torch.cuda.nccl.version() if torch.cuda.is_available() else "n/a (gloo)"
     nccl = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
     return {"env": args.env, "env_kwargs": args.env_kwargs, "num_envs": args.num_envs,
             "agent": AgentConfig(**args.agent_kwargs).to_dict(), "warmup": args.warmup, "updates": args.updates,
-            "torch": torch.__version__, "nccl": nccl, "nccl_nvls_enable": os.environ.get("NCCL_NVLS_ENABLE", "0"),
-            "git_commit": commit, "git_dirty": dirty, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "rows": rows}
+            "nccl": nccl, "nccl_nvls_enable": os.environ.get("NCCL_NVLS_ENABLE", "0"), **run_stamp(), "rows": rows}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -229,9 +227,9 @@ def main(argv: list[str] | None = None) -> None:
     args.out = args.out.resolve()
     report = measure(args)
     names = report["rows"][0]["device_names"][0]
-    tag = args.tag or ("cpu" if args.device == "cpu" else names[0].replace(" ", "-").lower())
-    (args.out / f"scaling-{tag}.json").write_text(json.dumps(report, indent=1) + "\n")
-    (args.out / f"scaling-{tag}.md").write_text(markdown(report))
+    tag = args.tag or ("cpu" if args.device == "cpu" else device_tag(names[0]))
+    write_json(args.out / f"scaling-{tag}.json", report)
+    write_atomic(args.out / f"scaling-{tag}.md", markdown(report))
     print(markdown(report))
 
 

@@ -36,7 +36,7 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
 import esper_env  # noqa: F401  (registers the Esper ids)
-from benchmarks.throughput import device_name
+from benchmarks.common import device_name, device_tag, run_stamp, write_json
 from esper_agent.baselines import RandomValidActor
 from esper_agent.config import AgentConfig
 from esper_agent.envs import VectorEnvDriver, autoreset_mode
@@ -294,10 +294,10 @@ def soak(args: argparse.Namespace, partial_path: Path | None = None) -> dict[str
     kwargs = {**json.loads(args.env_kwargs), "device": args.device}
     probe = MemoryProbe(args.device)  # before the env: its construction counts towards the high-water marks
     envs = FaultInjector(gym.make_vec(args.env, num_envs=args.num_envs, **kwargs), args.fault_rate, args.seed)
-    start = time.perf_counter()
+    start, stamp = time.perf_counter(), run_stamp()
     probe.counts = envs.counts
     if partial_path is not None:
-        probe.on_sample = lambda: write_report(partial_path, report_head(args, kwargs, envs.counts, start)
+        probe.on_sample = lambda: write_report(partial_path, stamp | report_head(args, kwargs, envs.counts, start)
                                                | {"partial": True, "memory_samples": probe.samples})
     run = run_agent if args.policy == "agent" else run_actor
     extra = run(envs, args, start + 60.0 * args.minutes, probe)
@@ -306,7 +306,7 @@ def soak(args: argparse.Namespace, partial_path: Path | None = None) -> dict[str
     head = report_head(args, kwargs, envs.counts, start)
     failures = {"fault_mismatches": head["missed_count"], "nonfinite_observations": head["nonfinite_observations"],
                 "nonfinite_rewards": head["nonfinite_rewards"], "nonfinite_losses": extra.get("nonfinite_losses", 0)}
-    return head | extra | probe.report() | {"ok": not any(failures.values()), "failures": failures}
+    return stamp | head | extra | probe.report() | {"ok": not any(failures.values()), "failures": failures}
 
 
 def report_head(args: argparse.Namespace, kwargs: dict[str, Any], counts: SoakCounts, start: float
@@ -315,17 +315,14 @@ def report_head(args: argparse.Namespace, kwargs: dict[str, Any], counts: SoakCo
     elapsed = time.perf_counter() - start
     return {"device": device_name(args.device), "policy": args.policy, "env": args.env, "env_kwargs": kwargs,
             "num_envs": args.num_envs, "fault_rate": args.fault_rate, "fault_kinds": list(FAULTS), "seed": args.seed,
-            "minutes": args.minutes, "torch": torch.__version__, "elapsed_s": elapsed,
+            "minutes": args.minutes, "elapsed_s": elapsed,
             "env_steps_per_s": counts.transitions / elapsed, "vector_steps_per_s": counts.vector_steps / elapsed,
             **counts.to_dict()}
 
 
 def write_report(path: Path, report: dict[str, Any]) -> None:
     """Write the JSON report atomically (a reader never sees half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_suffix(".json.tmp")
-    temp.write_text(json.dumps(report, indent=1) + "\n")
-    temp.replace(path)
+    write_json(path, report)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -348,8 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def report_path(out: Path, device: str) -> Path:
-    tag = device_name(device).split(" (")[0].replace(" ", "-").lower()
-    return out if out.suffix == ".json" else out / f"soak-{tag}.json"
+    return out if out.suffix == ".json" else out / f"soak-{device_tag(device_name(device))}.json"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

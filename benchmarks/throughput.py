@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 from pathlib import Path
 
@@ -31,24 +30,14 @@ import torch
 import torch.nn.functional as F
 
 import esper_env  # noqa: F401
+from benchmarks.common import device_name, write_rows
 from esper_env.config import EnvConfig
 from esper_env.data import load_dataset, normalize, random_crop_flip
-from esper_env.host import HostModel
+from esper_env.host import build_host
 from esper_env.masks import fill_heads
 
 CIFAR_SHAPED = {"dataset": "synthetic", "synthetic_train_size": 45_000, "synthetic_val_size": 5_000,
                 "synthetic_test_size": 1_000, "synthetic_image_size": 32}
-
-
-def device_name(device: str) -> str:
-    if device.startswith("cuda"):
-        return torch.cuda.get_device_name(torch.device(device))
-    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
-
-
-def device_tag(name: str) -> str:
-    """A :func:`device_name` as a file-name part: ``NVIDIA H200`` -> ``nvidia-h200``, ``cpu (...)`` -> ``cpu``."""
-    return name.split(" (")[0].replace(" ", "-").lower()
 
 
 def _sync(device: str) -> None:
@@ -63,7 +52,7 @@ def plain_loop(num_envs: int, kwargs: dict, epochs: int) -> dict:
     data = load_dataset(cfg, torch.device(device))
     on_cuda = device.startswith("cuda")
     fmt = torch.channels_last if on_cuda else torch.contiguous_format
-    models = [HostModel(cfg.host_widths, cfg.slot_block_indices).to(device, memory_format=fmt) for _ in range(num_envs)]
+    models = [build_host(cfg, data.spec).to(device, memory_format=fmt) for _ in range(num_envs)]
     opts = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=5e-4) for m in models]
     alphas = torch.zeros(cfg.num_slots, 1, device=device)
     flags = torch.zeros(2, cfg.num_slots, device=device)
@@ -187,15 +176,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     rows = measure(args)
     write_rows(rows, args.out, "throughput", markdown(rows), args.tag)
-
-
-def write_rows(rows: list[dict], out: Path, name: str, table: str, tag: str | None = None) -> None:
-    """``<out>/<name>-<tag>.json`` (the rows) and ``.md`` (the table); the tag defaults to the device's name."""
-    tag = tag or device_tag(rows[0]["device"])
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{name}-{tag}.json").write_text(json.dumps(rows, indent=1))
-    (out / f"{name}-{tag}.md").write_text(table)
-    print(table)
 
 
 if __name__ == "__main__":

@@ -11,18 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks import (
-    checkpoint_cost,
-    compare_agents,
-    compare_plots,
-    compare_report,
-    grouped,
-    host_alone,
-    imitation_probe,
-)
+from benchmarks import checkpoint_cost, compare_agents, compare_plots, compare_report
 from benchmarks.sb3_actor import Sb3Actor
 from esper_agent.checkpoint import load_checkpoint, save_checkpoint
-from esper_env.host import HostModel
 
 # report_test_accuracy may be named in --env-kwargs: evaluation measures the test set whatever it says
 TINY = {"device": "cpu", "max_epochs": 3, "synthetic_train_size": 256, "synthetic_val_size": 128,
@@ -288,44 +279,6 @@ def test_seeds_with_old_and_new_evaluation_seeds_count_equally_and_pair_by_reset
     heuristic = [slice_(k, range(100_000 + k, 100_003 + k)) for k in range(5)]
     mean, _, pairs = compare_report.paired_difference(arm, heuristic)
     assert pairs == 3 and mean == pytest.approx(0.1)
-
-
-def test_host_alone_reports_test_accuracy(tmp_path):
-    host_alone.main(["--env", "Esper-Synthetic-v0", "--seeds", "2", "--env-kwargs", json.dumps(TINY),
-                     "--out", str(tmp_path)])
-    (row,) = json.loads(next(tmp_path.glob("host_alone-*.json")).read_text())
-    assert row["truncated"] and len(row["test_accuracy"]) == 2
-
-
-def test_the_imitation_probe_plays_the_imitated_policy_beside_the_heuristic(tmp_path):
-    torch.set_num_threads(1)
-    result = imitation_probe.main(["--env-kwargs", json.dumps(TINY | {"max_epochs": 6}), "--num-envs", "2",
-                                   "--updates", "2", "--episodes", "2", "--out", str(tmp_path),
-                                   "--agent-kwargs", json.dumps({"hidden_size": 16, "rollout_steps": 6})])
-    assert [len(result[k]["per_episode"]) for k in ("imitated_greedy", "heuristic")] == [2, 2]
-    assert len(result["updates"]) == 2 and all(0 < u["imitation/action_prob"] <= 1 for u in result["updates"])
-    assert json.loads(next(tmp_path.glob("imitation_probe_*.json")).read_text())["device"].startswith("cpu")
-
-
-@pytest.mark.parametrize("train", [True, False])
-def test_grouped_host_is_the_same_function_as_separate_hosts(train: bool) -> None:
-    torch.manual_seed(0)
-    hosts = [HostModel((4, 8), ()) for _ in range(3)]
-    model = grouped.GroupedHost(3, (4, 8))
-    model.load_hosts(hosts)
-    images = torch.randn(3, 5, 3, 16, 16)  # (K, B, C, H, W): each host its own batch
-    for module in [model, *hosts]:
-        module.train(train)
-    no_slots = torch.zeros(0), torch.zeros(2, 0)
-    separate = torch.stack([host(x, *no_slots) for host, x in zip(hosts, images, strict=True)], dim=1)
-    torch.testing.assert_close(model(grouped.interleave(images)), separate, rtol=1e-5, atol=1e-5)
-
-
-def test_the_gpu_scripts_agent_recipe_is_a_valid_agent_config() -> None:
-    from esper_agent.config import AgentConfig
-
-    recipe = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "agent_recipe.json").read_text())
-    assert not AgentConfig(**recipe).bootstrap_truncation
 
 
 def test_the_report_names_the_seeds_grown_slot_by_slot():

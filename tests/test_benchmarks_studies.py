@@ -1,4 +1,5 @@
-"""Smoke test of benchmarks/growth_screen.py with a tiny budget on CPU."""
+"""Smoke tests of the finished studies under benchmarks/studies/ with tiny budgets on CPU, so that each stays
+runnable; the committed results under benchmarks/results came from their GPU or longer CPU runs."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks import growth_screen
+from benchmarks.studies import grouped, growth_screen, heuristic_budget, host_alone, imitation_probe
 from esper_agent.distributions import ActionMasks
+from esper_env.config import EnvConfig
+from esper_env.host import build_host
 from esper_env.spaces import BLUEPRINT_NAMES, Head, Op
 
 TINY = {"max_epochs": 4, "min_training_epochs": 0, "synthetic_train_size": 128, "synthetic_val_size": 64,
@@ -130,7 +133,8 @@ def test_reprice_with_a_budget_charges_only_the_parameters_past_it(tmp_path):
     path = next(tmp_path.glob("growth_screen_cpu_*.json"))
     _, plain = growth_screen.reprice(path, "tiny", 0.01)
     _, budgeted = growth_screen.reprice(path, "tiny", 0.01, param_budget=100)
-    host = growth_screen.host_param_count(growth_screen.EnvConfig.from_kwargs(**TINY).host_widths)
+    cfg = EnvConfig.from_kwargs(**TINY, dataset="synthetic")
+    host = growth_screen.host_param_count(cfg, growth_screen.load_dataset(cfg, torch.device("cpu")).spec)
     for before, after in zip(plain["grow_conv_light"], budgeted["grow_conv_light"], strict=True):
         over = max(0.0, before["seed_params"] - 100)  # at the default over_budget_penalty 1.0
         assert over > 0 and after["episode_return"] == pytest.approx(before["episode_return"] - over / host)
@@ -148,3 +152,50 @@ def test_summary_pairs_test_accuracy_with_the_heuristic():
     assert summary["grow_conv_light"]["test_minus_heuristic"][0] == pytest.approx(0.015)
     assert summary["heuristic"]["test_minus_heuristic"][0] == 0.0
     assert "test_minus_heuristic" not in growth_screen.summarize({"static": results["static"]})["static"]
+
+
+# report_test_accuracy may be named in --env-kwargs: host_alone measures the test set whatever it says
+SMALL = {"device": "cpu", "max_epochs": 3, "synthetic_train_size": 256, "synthetic_val_size": 128,
+         "synthetic_test_size": 128, "batch_size": 64, "report_test_accuracy": False}
+
+
+def test_host_alone_reports_test_accuracy(tmp_path):
+    host_alone.main(["--env", "Esper-Synthetic-v0", "--seeds", "2", "--env-kwargs", json.dumps(SMALL),
+                     "--out", str(tmp_path)])
+    result = json.loads(next(tmp_path.glob("host_alone-cpu.json")).read_text())
+    (row,) = result["rows"]
+    assert row["truncated"] and len(row["test_accuracy"]) == 2
+    assert {"git_commit", "git_dirty", "torch", "created"} <= set(result)
+
+
+def test_the_imitation_probe_plays_the_imitated_policy_beside_the_heuristic(tmp_path):
+    torch.set_num_threads(1)
+    result = imitation_probe.main(["--env-kwargs", json.dumps(SMALL | {"max_epochs": 6}), "--num-envs", "2",
+                                   "--updates", "2", "--episodes", "2", "--out", str(tmp_path),
+                                   "--agent-kwargs", json.dumps({"hidden_size": 16, "rollout_steps": 6})])
+    assert [len(result[k]["per_episode"]) for k in ("imitated_greedy", "heuristic")] == [2, 2]
+    assert len(result["updates"]) == 2 and all(0 < u["imitation/action_prob"] <= 1 for u in result["updates"])
+    assert json.loads(next(tmp_path.glob("imitation_probe_*.json")).read_text())["device"].startswith("cpu")
+
+
+def test_the_heuristic_budget_study_compares_masked_and_unmasked_episodes(tmp_path, monkeypatch):
+    torch.set_num_threads(1)
+    monkeypatch.setattr(heuristic_budget, "HOST", TINY | {"host_widths": [16, 32], "device": "cpu"})
+    report = heuristic_budget.main(["--budgets", "100000", "--episodes", "2", "--threads", "1",
+                                    "--out", str(tmp_path)])
+    assert report["budgets"]["100000"]["identical_to_unmasked"]  # a budget nothing reaches changes nothing
+    assert json.loads((tmp_path / "heuristic_budget_cpu.json").read_text())["unmasked"] == report["unmasked"]
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_grouped_host_is_the_same_function_as_separate_hosts(train: bool) -> None:
+    torch.manual_seed(0)
+    hosts = [build_host(EnvConfig(host_widths=(4, 8)), grouped.RANDOM_DATA) for _ in range(3)]
+    model = grouped.GroupedHost(3, (4, 8))
+    model.load_hosts(hosts)
+    images = torch.randn(3, 5, 3, 16, 16)  # (K, B, C, H, W): each host its own batch
+    for module in [model, *hosts]:
+        module.train(train)
+    no_slots = torch.zeros(2), torch.zeros(2, 2)  # two empty slots
+    separate = torch.stack([host(x, *no_slots) for host, x in zip(hosts, images, strict=True)], dim=1)
+    torch.testing.assert_close(model(grouped.interleave(images)), separate, rtol=1e-5, atol=1e-5)

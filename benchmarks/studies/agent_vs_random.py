@@ -3,7 +3,7 @@
 For each seed: train the PPO agent for ``--updates`` updates, then play ``--episodes`` evaluation episodes with
 the trained agent (argmax actions unless ``--stochastic``), with the random-valid policy (uniform over the valid
 joint actions read from ``op_slot_mask``), with the static policy (always WAIT) and with any ``--extra-arms``
-(``heuristic``, ``grow_<blueprint>``, ``grow_<bp>+<bp>...``: see ``benchmarks.growth_screen``). Every arm plays
+(``heuristic``, ``grow_<blueprint>``, ``grow_<bp>+<bp>...``: see ``benchmarks.studies.growth_screen``). Every arm plays
 on a fresh vector env of ``--episodes`` sub-envs reset with the same seed, one episode per sub-env: sub-env ``i``
 trains the same host initialisation on the same data order in every arm, so the arms are paired.
 
@@ -13,8 +13,8 @@ arm: the per-seed difference of episode means (agent - arm), with a Student-t 95
 pooled per-episode paired difference for reference (episodes of one seed are not independent of the agent's
 training). Writes everything as JSON under ``--out`` with the device named.
 
-    python -m benchmarks.agent_vs_random --updates 40 --seeds 0 1 2 --num-envs 8 --device cuda
-    python -m benchmarks.agent_vs_random --updates 1 --seeds 0 1 2 --num-envs 2 --episodes 2 \\
+    python -m benchmarks.studies.agent_vs_random --updates 40 --seeds 0 1 2 --num-envs 8 --device cuda
+    python -m benchmarks.studies.agent_vs_random --updates 1 --seeds 0 1 2 --num-envs 2 --episodes 2 \\
         --env-kwargs '{"max_epochs": 3, "device": "cpu"}' --device cpu        # smoke test
 
 Each finished seed is kept in ``<out>/agent_vs_random_slices/<hash of the settings>/seed<k>.json`` as soon as it
@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.growth_screen import device_name, json_safe, make_actor
+from benchmarks.common import device_name, run_stamp, write_json
+from benchmarks.studies.growth_screen import make_actor
 from esper_agent.baselines import Actor
 from esper_agent.collect import rollout_seed
 from esper_agent.config import AgentConfig
@@ -161,10 +162,7 @@ def slice_folder(args: argparse.Namespace) -> Path:
 
 
 def _finish(folder: Path, seed: int, result: dict[str, Any]) -> dict[str, Any]:
-    folder.mkdir(parents=True, exist_ok=True)
-    temp = folder / f"seed{seed}.json.tmp"
-    temp.write_text(json.dumps(json_safe(result)) + "\n")
-    temp.replace(folder / f"seed{seed}.json")
+    write_json(folder / f"seed{seed}.json", result, indent=None)
     print(f"seed {seed}: trained in {result['train_seconds']:.0f} s; kept in {folder}", flush=True)
     return result
 
@@ -229,7 +227,8 @@ def write_summary(folder: Path) -> Path:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.agent_vs_random", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.studies.agent_vs_random",
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("--env", default="Esper-Synthetic-v0", help="vector env id ('module:Id' allowed)")
     p.add_argument("--env-kwargs", type=json.loads, default={}, help="JSON kwargs for gym.make_vec")
     p.add_argument("--agent-config", type=json.loads, default={}, help="JSON AgentConfig overrides "
@@ -245,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--progress", action="store_true", help="print each update's training metrics")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     p.add_argument("--jobs", type=int, default=1, help="seeds trained at once, each in its own process (count)")
-    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results", help="output folder")
+    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results", help="output folder")
     p.add_argument("--summarize", type=Path, default=None, help="only write summary.md of the reports in a folder")
     return p
 
@@ -268,13 +267,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               "num_envs": args.num_envs, "updates": args.updates, "episodes": args.episodes, "seeds": args.seeds,
               "agent_deterministic": not args.stochastic, "device": args.device,
               "device_name": device_name(args.device), "env_device_name": device_name(env_device),
-              "torch": torch.__version__,
-              "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "wall_seconds": time.perf_counter() - start,
+              **run_stamp(), "wall_seconds": time.perf_counter() - start,
               "summary": summary, "paired_margin_of_agent": margins, "per_seed": per_seed}
-    args.out.mkdir(parents=True, exist_ok=True)
     name = f"agent_vs_random_{args.env.split(':')[-1]}_{env_device.split(':')[0]}_{time.strftime('%Y%m%d-%H%M%S')}"
-    path = args.out / f"{name}.json"
-    path.write_text(json.dumps(json_safe(report), indent=2) + "\n")
+    path = write_json(args.out / f"{name}.json", report, indent=2)
     print(f"{args.env}, {args.updates} updates x {args.num_envs} sub-envs, seeds {args.seeds}, "
           f"{args.episodes} episodes per arm and seed, on {report['device_name']}")
     print("| arm | return (mean ± 95% CI over seeds) | final accuracy | seed params |\n|---|---|---|---|")

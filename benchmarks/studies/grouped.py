@@ -12,10 +12,10 @@ The GPU engine issue asks to measure both and ship the faster *if it is as clean
 
 The first three time training steps only (each host its own batch of the same pre-augmented epoch data, bf16
 autocast, channels_last, SGD with Nesterov momentum), so they compare the execution schemes alone.
-:class:`GroupedHost` is the same function as K hosts (``tests/test_benchmarks.py`` checks it against K
+:class:`GroupedHost` is the same function as K hosts (``tests/test_benchmarks_studies.py`` checks it against K
 ``HostModel``\\ s); what it cannot express is a *different* module set per host, and that is what seeds are.
 
-    python -m benchmarks.grouped --num-envs 8 16 --out benchmarks/results
+    python -m benchmarks.studies.grouped --num-envs 8 16 --out benchmarks/results
 """
 
 from __future__ import annotations
@@ -30,11 +30,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.throughput import CIFAR_SHAPED, device_name, env_run, write_rows
-from esper_env.host import NUM_CLASSES, HostModel
+from benchmarks.common import device_name, write_rows
+from benchmarks.throughput import CIFAR_SHAPED, env_run
+from esper_env.config import EnvConfig
+from esper_env.dataset_spec import DatasetSpec
+from esper_env.host import HostModel, build_host
 
 WIDTHS = (8, 16, 32)
 BATCH = 512
+# The timed batches: CIFAR-shaped, standard-normal pixels, 10 classes (timing reads only shapes and layout).
+RANDOM_DATA = DatasetSpec(name="random", num_classes=10, image_size=32, channels=3, train_size=BATCH,
+                          val_size=BATCH, test_size=BATCH, chance_accuracy=0.1, mean=(0.0,) * 3, std=(1.0,) * 3)
+NUM_CLASSES = RANDOM_DATA.num_classes
 LR, MOMENTUM, WEIGHT_DECAY = 0.05, 0.9, 5e-4
 
 
@@ -132,8 +139,9 @@ def _time(run_batch: Callable[[int], None], batches: int, repeats: int) -> float
 def graphs_on_streams(num_hosts: int, images: torch.Tensor, labels: torch.Tensor, repeats: int) -> float:
     """Images/s of K hosts, one graph per host replayed on one stream per host."""
     device = images.device
-    hosts = [HostModel(WIDTHS, ()).to(device, memory_format=torch.channels_last) for _ in range(num_hosts)]
-    no_slots = torch.zeros(0, device=device), torch.zeros(2, 0, device=device)
+    cfg = EnvConfig(host_widths=WIDTHS)
+    hosts = [build_host(cfg, RANDOM_DATA).to(device, memory_format=torch.channels_last) for _ in range(num_hosts)]
+    no_slots = torch.zeros(cfg.num_slots, device=device), torch.zeros(2, cfg.num_slots, device=device)
     inputs = [torch.zeros_like(images[0, 0]).contiguous(memory_format=torch.channels_last) for _ in hosts]
     targets = [torch.zeros_like(labels[0, 0]) for _ in hosts]
     streams = [torch.cuda.Stream(device) for _ in hosts]

@@ -40,7 +40,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from benchmarks.throughput import device_name, device_tag
+from benchmarks.common import device_name, device_tag, run_stamp, write_json
 from esper_agent.baselines import Actor, RandomValidActor, StaticActor
 from esper_agent.distributions import ActionMasks
 from esper_agent.envs import VectorEnvDriver
@@ -49,12 +49,13 @@ from esper_agent.heuristic import HeuristicActor, allowed_blend, planting_masks
 from esper_agent.report import mean_ci95
 from esper_agent.train import make_envs
 from esper_env.config import EnvConfig
+from esper_env.data import load_dataset
 from esper_env.host import host_param_count
 from esper_env.rewards import parameter_cost
 from esper_env.spaces import BLUEPRINT_NAMES, Head, Op
 
 ENV_ID = "Esper-Synthetic-v0"
-OUT = Path(__file__).resolve().parent / "results" / "growth_screen"
+OUT = Path(__file__).resolve().parents[1] / "results" / "growth_screen"
 
 CONFIGS: dict[str, dict[str, Any]] = {
     # the last agent_vs_random measurement: batch 512 on 2048 images = 4 SGD steps per epoch, 40 per episode
@@ -251,20 +252,6 @@ def table(name: str, summary: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def json_safe(value: Any) -> Any:
-    """``value`` as strict JSON: NaN and inf as None, numpy scalars as Python numbers, through dicts, lists and
-    tuples."""
-    if isinstance(value, np.integer | np.bool_):
-        return value.item()
-    if isinstance(value, float | np.floating):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    return value
-
-
 def parse_config(text: str) -> tuple[str, dict[str, Any]]:
     """``NAME`` (one of ``CONFIGS``) or ``NAME=JSON`` (env kwargs)."""
     name, _, body = text.partition("=")
@@ -313,7 +300,7 @@ def reprice(path: Path, config: str, param_penalty: float, param_budget: int | N
     if cfg.reward_mode != "accuracy" or cfg.pbrs_weight or cfg.op_cost or cfg.invalid_action_penalty:
         raise SystemExit(f"{path.name} {config}: only an unshaped 'accuracy' reward can be repriced")
     new = dataclasses.replace(cfg, param_penalty=param_penalty, param_budget=param_budget)
-    host = host_param_count(cfg.host_widths)
+    host = host_param_count(cfg, load_dataset(cfg, torch.device("cpu")).spec)
 
     def shift(params: float) -> float:
         return parameter_cost(params, host, cfg) - parameter_cost(params, host, new)
@@ -368,8 +355,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch.set_num_threads(args.threads)
     report: dict[str, Any] = {"benchmark": "growth_screen", "env": args.env, "episodes": args.episodes,
                               "seed": args.seed, "device": args.device, "device_name": device_name(args.device),
-                              "torch": torch.__version__,
-                              "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "configs": {}}
+                              **run_stamp(), "configs": {}}
     for text in args.configs:
         name, kwargs = parse_config(text)
         start = time.perf_counter()
@@ -378,10 +364,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         report["configs"][name] = {"env_kwargs": kwargs, "seconds": time.perf_counter() - start,
                                    "summary": summary, "episodes": results}
         print(table(f"{name} {json.dumps(kwargs)} ({time.perf_counter() - start:.0f} s)", summary), flush=True)
-    args.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = args.out / f"growth_screen_{_file_tag(args)}_{stamp}.json"
-    path.write_text(json.dumps(json_safe(report), indent=2) + "\n")
+    path = write_json(args.out / f"growth_screen_{_file_tag(args)}_{stamp}.json", report, indent=2)
     print(f"written to {path}")
     return report
 

@@ -3,7 +3,7 @@
 Measures the training recipe itself (the number every seed has to beat) on real CIFAR-10: final validation
 accuracy and test accuracy after ``max_epochs`` epochs, for one or more peak learning rates.
 
-    python -m benchmarks.host_alone --env Esper-CIFAR10-v0 --seeds 4 --lrs 0.05 0.1 0.2 --out benchmarks/results
+    python -m benchmarks.studies.host_alone --env Esper-CIFAR10-v0 --seeds 4 --lrs 0.05 0.1 0.2 --out benchmarks/results
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 import esper_env  # noqa: F401
-from benchmarks.throughput import device_name
+from benchmarks.common import device_name, device_tag, run_stamp, write_json
 
 
 def run(env_id: str, seeds: int, kwargs: dict) -> dict:
@@ -56,9 +56,7 @@ def main(argv: list[str] | None = None) -> None:
             rows.append(row)
             print(f"{env_id} host_lr={lr}: val {row['val_mean']:.4f} test {row['test_mean']:.4f} "
                   f"(+-{row['test_std']:.4f} over {args.seeds} seeds) in {row['seconds']:.1f}s", flush=True)
-    tag = rows[0]["device"].split(" (")[0].replace(" ", "-").lower()
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"host_alone-{tag}.json").write_text(json.dumps(rows, indent=1))
+    write_json(args.out / f"host_alone-{device_tag(rows[0]['device'])}.json", run_stamp() | {"rows": rows})
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ the mean probability of the heuristic's action and each head's entropy, then pla
 episodes with the greedy imitated policy and with the heuristic on the same reset seeds, and writes everything
 as JSON (``benchmarks/results/imitation_probe_<env>_<device>_<time>.json``).
 
-    python -m benchmarks.imitation_probe --env Esper-Synthetic-v0 --env-kwargs '{"host_widths": [16, 32]}'
+    python -m benchmarks.studies.imitation_probe --env Esper-Synthetic-v0 --env-kwargs '{"host_widths": [16, 32]}'
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 import esper_env  # noqa: F401
-from benchmarks.throughput import device_name, device_tag
+from benchmarks.common import device_name, device_tag, run_stamp, write_json
 from esper_agent.config import AgentConfig
 from esper_agent.envs import VectorEnvDriver
 from esper_agent.evaluate import PolicyActor, run_episodes
@@ -67,12 +67,10 @@ def main(argv: list[str] | None = None) -> dict:
     result = {"env": args.env, "env_kwargs": args.env_kwargs, "num_envs": args.num_envs,
               "agent_config": config.to_dict(), "device": device_name(env_device),
               "torch_threads": torch.get_num_threads(),
-              "train_seconds": train_s, "updates": updates, "eval_seed": eval_seed,
+              "train_seconds": train_s, "updates": updates, "eval_seed": eval_seed, **run_stamp(),
               "imitated_greedy": _summary(imitated), "heuristic": _summary(heuristic)}
-    args.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = args.out / f"imitation_probe_{args.env}_{device_tag(result['device'])}_{stamp}.json"
-    path.write_text(json.dumps(result, indent=1))
+    path = write_json(args.out / f"imitation_probe_{args.env}_{device_tag(result['device'])}_{stamp}.json", result)
     print(f"imitated (greedy): {result['imitated_greedy']['final_val_accuracy']:.4f} val, "
           f"{result['imitated_greedy']['seed_params']:.0f} params; heuristic: "
           f"{result['heuristic']['final_val_accuracy']:.4f}, {result['heuristic']['seed_params']:.0f}; {path}")

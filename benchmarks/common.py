@@ -1,0 +1,85 @@
+"""What every benchmark shares: naming the device, stamping a result with the code and time that made it, and
+writing results so that a reader (or a run cut short) never sees half a file.
+
+A result is only worth keeping with the device it ran on and the commit of the code that produced it
+(``benchmarks/results/README.md`` indexes them by both), so every tool builds its record from
+:func:`run_stamp` and :func:`device_name` and writes it with :func:`write_json`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from esper_agent.train import git_commit
+
+
+def device_name(device: str) -> str:
+    """The hardware behind a torch device string: the GPU's product name for ``cuda``/``cuda:k``, else the CPU's
+    architecture and torch's thread count (which sets CPU timings)."""
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def device_tag(name: str) -> str:
+    """A :func:`device_name` as a file-name part: ``NVIDIA H200`` -> ``nvidia-h200``, ``cpu (...)`` -> ``cpu``."""
+    return name.split(" (")[0].replace(" ", "-").lower()
+
+
+def run_stamp() -> dict[str, Any]:
+    """Where a result came from: the commit of this checkout, whether its code had uncommitted changes (results
+    under ``benchmarks/results`` do not count: ``esper_agent.train.git_commit``), the torch version and the time."""
+    commit, dirty = git_commit()
+    return {"git_commit": commit, "git_dirty": dirty, "torch": torch.__version__,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` as strict JSON: NaN and inf as None (not measured), numpy scalars as Python numbers, through
+    dicts, lists and tuples."""
+    if isinstance(value, np.integer | np.bool_):
+        return value.item()
+    if isinstance(value, float | np.floating):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def write_atomic(path: Path, data: str | bytes) -> Path:
+    """Write ``data`` to ``path`` through a temporary file beside it, so that ``path`` is either absent or whole
+    (a slice's existence marks it done, and a lost machine may stop a write at any byte)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    if isinstance(data, bytes):
+        tmp.write_bytes(data)
+    else:
+        tmp.write_text(data)
+    tmp.replace(path)
+    return path
+
+
+def write_json(path: Path, payload: Any, indent: int | None = 1) -> Path:
+    """``payload`` as strict JSON (:func:`json_safe`) written atomically, with a final newline."""
+    return write_atomic(path, json.dumps(json_safe(payload), indent=indent, allow_nan=False) + "\n")
+
+
+def write_rows(rows: list[dict], out: Path, name: str, table: str, tag: str | None = None) -> Path:
+    """``<out>/<name>-<tag>.json`` (the rows under ``"rows"``, with :func:`run_stamp`) and ``.md`` (the table);
+    the tag defaults to the first row's device."""
+    tag = tag or device_tag(rows[0]["device"])
+    path = write_json(out / f"{name}-{tag}.json", run_stamp() | {"rows": rows})
+    write_atomic(out / f"{name}-{tag}.md", table)
+    print(table)
+    return path
