@@ -49,6 +49,8 @@ class EnvConfig:
     """Synthetic dataset: test images (count)."""
     synthetic_image_size: int = 16
     """Synthetic dataset: image side length (pixels)."""
+    synthetic_num_classes: int = 10
+    """Synthetic dataset: number of classes (count, >= 2); sets the classifier's width and the chance level."""
 
     # --- host and its training recipe -------------------------------------------------------------------
     host_widths: tuple[int, ...] = (8, 16, 32)
@@ -184,6 +186,7 @@ _INT_MIN = {
     "synthetic_val_size": 16,
     "synthetic_test_size": 16,
     "synthetic_image_size": 8,
+    "synthetic_num_classes": 2,
     "batch_size": 1,
     "eval_batch_size": 1,
     "max_epochs": 1,

@@ -7,7 +7,10 @@ are fixed-shape and sync-free so that they can be captured in a CUDA graph.
 
 Real CIFAR-10 is found, verified and downloaded by :mod:`esper_env.download`; a missing or corrupt copy raises
 :class:`DatasetError` and is never replaced by synthetic data. ``dataset="synthetic"`` generates a small,
-deterministic, learnable stand-in for tests and quick runs.
+deterministic, learnable stand-in for tests and quick runs, with ``synthetic_num_classes`` classes.
+
+Every dataset describes itself with a :class:`~esper_env.dataset_spec.DatasetSpec` (``Dataset.spec``): the
+host builder and the reward read the class count, channels and chance accuracy from it.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ import torch.nn.functional as F
 
 from esper_env import download
 from esper_env.config import EnvConfig
+from esper_env.dataset_spec import DatasetSpec, balanced_chance
 from esper_env.download import DatasetError
 
-NUM_CLASSES = 10
 SPLIT_SEED = 0  # fixed: the 45k/5k train/validation split must be the same in every run and on every machine
 VAL_FRACTION = 10  # one in ten official training images is held out for validation (5,000 of 50,000)
 SYNTHETIC_SEED = 20_240_601  # fixed: synthetic data depends on its sizes only, never on global RNG state
@@ -34,20 +37,24 @@ SYNTHETIC_SEED = 20_240_601  # fixed: synthetic data depends on its sizes only, 
 class Dataset:
     """Device-resident images, shared read-only by all sub-envs of a process on that device."""
 
-    name: str  # "cifar10" or "synthetic"
-    train_x: torch.Tensor  # uint8 (N_train, 3, H, W) on the device, contiguous NCHW
+    spec: DatasetSpec  # classes, geometry, split sizes, chance accuracy and normalisation, as plain values
+    train_x: torch.Tensor  # uint8 (N_train, C, H, W) on the device, contiguous NCHW
     train_y: torch.Tensor  # int64 (N_train,)
-    val_x: torch.Tensor  # uint8 (N_val, 3, H, W)
+    val_x: torch.Tensor  # uint8 (N_val, C, H, W)
     val_y: torch.Tensor
-    test_x: torch.Tensor  # uint8 (N_test, 3, H, W)
+    test_x: torch.Tensor  # uint8 (N_test, C, H, W)
     test_y: torch.Tensor
-    mean: torch.Tensor  # float32 (3,) per-channel mean of train_x / 255, on the device
-    std: torch.Tensor  # float32 (3,)
+    mean: torch.Tensor  # float32 (C,) per-channel mean of train_x / 255, on the device (= spec.mean)
+    std: torch.Tensor  # float32 (C,) (= spec.std)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
 
     @property
     def image_size(self) -> int:
         """Side length of the (square) images, in pixels."""
-        return int(self.train_x.shape[-1])
+        return self.spec.image_size
 
 
 _lock = threading.Lock()  # sub-envs built from several threads must still share one copy
@@ -82,7 +89,7 @@ def _canonical(device: torch.device) -> torch.device:
 def _source_key(cfg: EnvConfig) -> tuple:
     if cfg.dataset == "synthetic":
         sizes = (cfg.synthetic_train_size, cfg.synthetic_val_size, cfg.synthetic_test_size)
-        return ("synthetic", *sizes, cfg.synthetic_image_size)
+        return ("synthetic", *sizes, cfg.synthetic_image_size, cfg.synthetic_num_classes)
     explicit = download.data_dir_from(cfg.data_dir)
     return ("cifar10", None if explicit is None else explicit.resolve(), download.cache_dir().resolve())
 
@@ -105,7 +112,8 @@ def _limit_val(full: Dataset, val_images: int | None) -> Dataset:
             f"expected None or at most {available}"
         )
     # A prefix of a contiguous tensor is a contiguous view: no copy, same fixed subset every time.
-    return dataclasses.replace(full, val_x=full.val_x[:val_images], val_y=full.val_y[:val_images])
+    spec = dataclasses.replace(full.spec, val_size=val_images)
+    return dataclasses.replace(full, spec=spec, val_x=full.val_x[:val_images], val_y=full.val_y[:val_images])
 
 
 def split_indices(num_images: int) -> tuple[np.ndarray, np.ndarray]:
@@ -123,19 +131,26 @@ def _build_cifar10(cfg: EnvConfig, device: torch.device) -> Dataset:
     all_y = torch.from_numpy(raw.train_y).to(device)
     train_i = torch.from_numpy(train_idx).to(device)
     val_i = torch.from_numpy(val_idx).to(device)
-    train_x = all_x.index_select(0, train_i).contiguous()
-    mean, std = channel_mean_std(train_x)
-    return Dataset(
-        name="cifar10",
-        train_x=train_x,
-        train_y=all_y.index_select(0, train_i),
-        val_x=all_x.index_select(0, val_i).contiguous(),
-        val_y=all_y.index_select(0, val_i),
-        test_x=_to_nchw(raw.test_x, device).contiguous(),
-        test_y=torch.from_numpy(raw.test_y).to(device),
-        mean=mean,
-        std=std,
+    splits = (
+        (all_x.index_select(0, train_i).contiguous(), all_y.index_select(0, train_i)),
+        (all_x.index_select(0, val_i).contiguous(), all_y.index_select(0, val_i)),
+        (_to_nchw(raw.test_x, device).contiguous(), torch.from_numpy(raw.test_y).to(device)),
     )
+    # CIFAR-10's classes are balanced (5,000 training and 1,000 test images each).
+    return _assemble("cifar10", download.NUM_CLASSES, balanced_chance(download.NUM_CLASSES), splits)
+
+
+def _assemble(name: str, num_classes: int, chance: float,
+              splits: tuple[tuple[torch.Tensor, torch.Tensor], ...]) -> Dataset:
+    """A :class:`Dataset` and its spec from (images, labels) of the train, validation and test splits."""
+    (train_x, train_y), (val_x, val_y), (test_x, test_y) = splits
+    mean, std = channel_mean_std(train_x)
+    spec = DatasetSpec(
+        name=name, num_classes=num_classes, image_size=int(train_x.shape[-1]), channels=int(train_x.shape[1]),
+        train_size=int(train_x.shape[0]), val_size=int(val_x.shape[0]), test_size=int(test_x.shape[0]),
+        chance_accuracy=chance, mean=tuple(mean.tolist()), std=tuple(std.tolist()),  # sync: setup only
+    )
+    return Dataset(spec, train_x, train_y, val_x, val_y, test_x, test_y, mean, std)
 
 
 def _to_nchw(x: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -144,9 +159,10 @@ def _to_nchw(x: np.ndarray, device: torch.device) -> torch.Tensor:
 
 
 def channel_mean_std(images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-channel mean and (population) std of ``images / 255``, as float32 (3,) on the images' device."""
+    """Per-channel mean and (population) std of uint8 ``images / 255``, as float32 (C,) on their device."""
     # Exact from 256-bin histograms in float64: no float32 round-off over ~46M pixels, no float copy of data.
-    counts = torch.stack([torch.bincount(images[:, c].reshape(-1), minlength=256) for c in range(3)])
+    channels = images.shape[1]
+    counts = torch.stack([torch.bincount(images[:, c].reshape(-1), minlength=256) for c in range(channels)])
     counts = counts.to(torch.float64)
     values = torch.arange(256, dtype=torch.float64, device=images.device) / 255.0
     total = counts.sum(dim=1)
@@ -180,7 +196,7 @@ def random_crop_flip(
 
 
 def normalize(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """uint8 (B, 3, H, W) -> float32 ``(images / 255 - mean) / std``, with mean/std (3,) per channel."""
+    """uint8 (B, C, H, W) -> float32 ``(images / 255 - mean) / std``, with mean/std (C,) per channel."""
     scale = (1.0 / (255.0 * std)).view(1, -1, 1, 1)
     shift = (mean / std).view(1, -1, 1, 1)
     # One multiply-add on the images instead of three elementwise passes.
@@ -188,27 +204,27 @@ def normalize(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> to
 
 
 def _build_synthetic(cfg: EnvConfig, device: torch.device) -> Dataset:
-    size = cfg.synthetic_image_size
-    prototypes = _prototypes(size)
+    size, num_classes = cfg.synthetic_image_size, cfg.synthetic_num_classes
+    prototypes = _prototypes(size, num_classes)
     counts = (cfg.synthetic_train_size, cfg.synthetic_val_size, cfg.synthetic_test_size)
     splits = [_synthetic_split(prototypes, count, size, split) for split, count in enumerate(counts)]
-    (train_x, train_y), (val_x, val_y), (test_x, test_y) = [(x.to(device), y.to(device)) for x, y in splits]
-    mean, std = channel_mean_std(train_x)
-    return Dataset("synthetic", train_x, train_y, val_x, val_y, test_x, test_y, mean, std)
+    # Labels are dealt round-robin before shuffling, so classes are balanced to within one image.
+    on_device = tuple((x.to(device), y.to(device)) for x, y in splits)
+    return _assemble("synthetic", num_classes, balanced_chance(num_classes), on_device)
 
 
 # Synthetic difficulty, tuned so the test's small CNN reaches ~65% validation accuracy after 5 epochs on 2048
-# 16x16 images and ~73% after 15: well above chance (10%) but with room for seeds to help.
+# 16x16 images and ~73% after 15: well above chance (10% with 10 classes) but with room for seeds to help.
 _PROTOTYPE_RES = 4  # pixels: class patterns are 4x4 random colours upsampled, i.e. low frequency
 _DISTRACTOR = 0.8  # weight of a second, random class's pattern mixed into every image
 _NOISE = 1.5  # std of per-pixel Gaussian noise, in prototype units
 _CONTRAST = 36.0  # grey levels per prototype unit around mid-grey 128 (few pixels clip at 0 or 255)
 
 
-def _prototypes(size: int) -> torch.Tensor:
+def _prototypes(size: int, num_classes: int) -> torch.Tensor:
     """One smooth random colour pattern per class, on a canvas ``margin`` pixels larger on each side."""
     gen = torch.Generator().manual_seed(SYNTHETIC_SEED)
-    low = torch.randn(NUM_CLASSES, 3, _PROTOTYPE_RES, _PROTOTYPE_RES, generator=gen)
+    low = torch.randn(num_classes, 3, _PROTOTYPE_RES, _PROTOTYPE_RES, generator=gen)
     canvas = size + 2 * _margin(size)
     return F.interpolate(low, size=(canvas, canvas), mode="bicubic", align_corners=False)
 
@@ -221,8 +237,9 @@ def _synthetic_split(prototypes: torch.Tensor, count: int, size: int, split: int
     """``count`` balanced images: a shifted, maybe mirrored class pattern + a distractor + noise."""
     # One generator per split: the validation set does not change when the training set grows.
     gen = torch.Generator().manual_seed(SYNTHETIC_SEED + 1 + split)
-    labels = (torch.arange(count) % NUM_CLASSES)[torch.randperm(count, generator=gen)]
-    others = torch.randint(0, NUM_CLASSES, (count,), generator=gen)
+    num_classes = prototypes.shape[0]
+    labels = (torch.arange(count) % num_classes)[torch.randperm(count, generator=gen)]
+    others = torch.randint(0, num_classes, (count,), generator=gen)
     offsets = torch.randint(0, 2 * _margin(size) + 1, (count, 2), generator=gen)
     flips = torch.rand(count, generator=gen) < 0.5
     signal = _crop_float(prototypes[labels], offsets, flips, size)
@@ -246,6 +263,7 @@ def _crop_float(canvas: torch.Tensor, offsets: torch.Tensor, flips: torch.Tensor
 __all__ = [
     "Dataset",
     "DatasetError",
+    "DatasetSpec",
     "channel_mean_std",
     "load_dataset",
     "normalize",

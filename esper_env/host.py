@@ -1,9 +1,11 @@
 """The host CNN with slots, and the forward maths of a slot in each lifecycle stage.
 
 The host is a stack of blocks (conv3x3 without bias -> BatchNorm -> ReLU -> MaxPool2), global average pooling
-and a linear classifier. A :class:`SlotModule` sits after the pool of chosen blocks and holds at most one seed.
-With host features ``h``, the seed reads ``x = lerp(h.detach(), h, u)`` (value ``h``; gradient to ``h`` scaled
-by ``u``), produces ``s = seed(x)``, and the slot outputs::
+and a linear classifier over the dataset's classes; :func:`build_host` is the one place a host is made, from the
+env config and the dataset's :class:`~esper_env.dataset_spec.DatasetSpec`. A :class:`SlotModule` sits after the
+pool of chosen blocks and holds at most one seed. With host features ``h``, the seed reads
+``x = lerp(h.detach(), h, u)`` (value ``h``; gradient to ``h`` scaled by ``u``), produces ``s = seed(x)``, and
+the slot outputs::
 
     h + a * (s - h) + t * (s - s.detach())
 
@@ -33,10 +35,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from esper_env.config import EnvConfig
+from esper_env.dataset_spec import DatasetSpec
 from esper_env.lifecycle import ForwardMode
 from esper_env.seeds import BlendGate, build_seed
-
-NUM_CLASSES = 10
 
 
 class HostBlock(nn.Sequential):
@@ -91,15 +93,20 @@ def _per_sample(alpha: torch.Tensor, batch: int) -> torch.Tensor:
 
 
 class HostModel(nn.Module):
-    """Host blocks with slots after chosen blocks, then global average pooling and a linear classifier."""
+    """Host blocks with slots after chosen blocks, then global average pooling and a linear classifier.
 
-    def __init__(self, widths: Sequence[int], slot_blocks: Sequence[int], in_channels: int = 3) -> None:
+    Build it with :func:`build_host`, which reads the widths and slots from the config and the input channels
+    and class count from the dataset's spec.
+    """
+
+    def __init__(self, widths: Sequence[int], slot_blocks: Sequence[int], *, in_channels: int,
+                 num_classes: int) -> None:
         super().__init__()
         channels = [in_channels, *widths]
         self.blocks = nn.ModuleList(HostBlock(channels[i], channels[i + 1]) for i in range(len(widths)))
         self.slot_blocks = tuple(slot_blocks)
         self.slots = nn.ModuleList(SlotModule(widths[b]) for b in self.slot_blocks)
-        self.classifier = nn.Linear(widths[-1], NUM_CLASSES)
+        self.classifier = nn.Linear(widths[-1], num_classes)
         self._slot_after = {block: i for i, block in enumerate(self.slot_blocks)}
 
     def forward(self, x: torch.Tensor, alphas: torch.Tensor, flags: torch.Tensor,
@@ -143,8 +150,20 @@ def seed_parameters(module: SlotModule) -> list[nn.Parameter]:
     return [p for m in parts for p in m.parameters()]
 
 
-def host_param_count(widths: Sequence[int], in_channels: int = 3) -> int:
-    """Parameters of the host alone (what the seed-parameter penalty is relative to)."""
+def build_host(cfg: EnvConfig, spec: DatasetSpec) -> HostModel:
+    """A fresh seedless host for ``cfg`` on data described by ``spec``, on torch's current default device.
+
+    Every host in the package, its benchmarks and tests is made here, so the host family is chosen from ``cfg``
+    in this one place: a new family is a new branch here that returns a module with the same interface
+    (``forward(x, alphas, flags, skip)``, ``slots``, ``host_parameters()``, ``host_buffers()``, ``plant()``).
+    Weights come from torch's global generator: callers seed it.
+    """
+    return HostModel(cfg.host_widths, cfg.slot_block_indices, in_channels=spec.channels,
+                     num_classes=spec.num_classes)
+
+
+def host_param_count(cfg: EnvConfig, spec: DatasetSpec) -> int:
+    """Parameters of the host alone (what the seed-parameter penalty is relative to), counted without memory."""
     with torch.device("meta"):
-        model = HostModel(widths, slot_blocks=(), in_channels=in_channels)
+        model = build_host(cfg, spec)
     return sum(p.numel() for p in model.host_parameters())

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from esper_env.config import EnvConfig
 from esper_env.data import Dataset, normalize, random_crop_flip
 from esper_env.episode import Measurement
-from esper_env.host import HostModel, mode_flags, seed_parameters
+from esper_env.host import build_host, mode_flags, seed_parameters
 from esper_env.lifecycle import ForwardMode
 from esper_env.optim import NesterovSGD
 
@@ -89,7 +89,7 @@ class HostTrainer:
         self.device = metrics.device
         self.layout = MetricLayout(cfg.num_slots)
         self.dtype = amp or torch.float32
-        self.model = HostModel(cfg.host_widths, cfg.slot_block_indices).to(self.device)
+        self.model = build_host(cfg, dataset.spec).to(self.device)
         if self.device.type == "cuda":
             self.model.to(memory_format=torch.channels_last)
         self.optimizer = NesterovSGD(self.model.host_parameters(), cfg.momentum, cfg.weight_decay)
@@ -257,7 +257,7 @@ class HostTrainer:
             self.remove_seed(slot)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(init_seed)
-            fresh = HostModel(self.cfg.host_widths, self.cfg.slot_block_indices)
+            fresh = build_host(self.cfg, self.data.spec)
         with torch.no_grad():
             for target, source in zip(self._host_state(), [*fresh.host_parameters(), *fresh.host_buffers()],
                                       strict=True):

@@ -64,7 +64,8 @@ class EsperVectorEnv(VectorEnv):
         self.single_observation_space = spaces.observation_space(cfg.num_slots)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self._engine = Engine(cfg, num_envs)
-        self.host_params = host_param_count(cfg.host_widths)
+        self.dataset_spec = self._engine.trainers[0].data.spec  # every device holds the same dataset
+        self.host_params = host_param_count(cfg, self.dataset_spec)
         self._param_table = self._build_param_table()
         self._episodes = [Episode.fresh(cfg.num_slots) for _ in range(num_envs)]
         self._rngs: list[np.random.Generator | None] = [None] * num_envs

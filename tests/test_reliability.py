@@ -234,7 +234,8 @@ NOT_FINITE = st.sampled_from([math.nan, math.inf, -math.inf])
 OUT_OF_RANGE: dict[str, st.SearchStrategy] = {
     **{name: st.integers(max_value=low - 1) for name, low in {
         "synthetic_train_size": 64, "synthetic_val_size": 16, "synthetic_test_size": 16, "synthetic_image_size": 8,
-        "batch_size": 1, "eval_batch_size": 1, "max_epochs": 1, "min_training_epochs": 0, "max_holding_epochs": 1,
+        "synthetic_num_classes": 2, "batch_size": 1, "eval_batch_size": 1, "max_epochs": 1,
+        "min_training_epochs": 0, "max_holding_epochs": 1,
         "embargo_epochs": 0, "min_prune_age": 0, "snapshot_interval": 1, "train_images_per_epoch": 1,
         "val_images": 1}.items()},
     **{name: st.text(max_size=12).filter(lambda s, ok=ok: s not in ok) for name, ok in {

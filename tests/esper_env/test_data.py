@@ -173,6 +173,29 @@ def test_synthetic_shapes_and_dtypes() -> None:
     assert 20 < ds.train_x.float().std() < 80  # structured images, not blank and not saturated
 
 
+def test_synthetic_class_count_sets_the_labels_and_the_spec() -> None:
+    ds = load_dataset(synthetic_cfg(synthetic_num_classes=4, synthetic_train_size=100), CPU)
+    assert torch.bincount(ds.train_y).tolist() == [25] * 4  # balanced over exactly 4 classes
+    assert int(ds.val_y.max()) == int(ds.test_y.max()) == 3
+    assert (ds.spec.num_classes, ds.spec.chance_accuracy) == (4, 0.25)
+    ten = load_dataset(synthetic_cfg(synthetic_train_size=100), CPU)
+    assert ten is not ds and ten.spec.num_classes == 10 and int(ten.train_y.max()) == 9
+
+
+def test_the_spec_describes_the_loaded_splits() -> None:
+    ds = load_dataset(synthetic_cfg(synthetic_train_size=100, synthetic_val_size=30, synthetic_test_size=20,
+                                    synthetic_image_size=12), CPU)
+    spec = ds.spec
+    assert (spec.name, spec.image_size, spec.channels) == ("synthetic", 12, 3)
+    assert (spec.train_size, spec.val_size, spec.test_size) == (100, 30, 20)
+    assert (spec.num_classes, spec.chance_accuracy) == (10, 0.1)
+    assert spec.mean == tuple(ds.mean.tolist()) and spec.std == tuple(ds.std.tolist())
+    subset = load_dataset(synthetic_cfg(synthetic_train_size=100, synthetic_val_size=30, synthetic_test_size=20,
+                                        synthetic_image_size=12, val_images=10), CPU)
+    assert subset.spec.val_size == 10 == subset.val_x.shape[0]
+    assert dataclasses.replace(subset.spec, val_size=30) == spec  # nothing else changes
+
+
 def test_synthetic_is_deterministic_and_ignores_global_rng() -> None:
     torch.manual_seed(1)
     a = data._build_synthetic(synthetic_cfg(), CPU)
@@ -238,6 +261,9 @@ def test_npz_shards_from_data_dir(tmp_path: Path, fake: RawCifar10, spec: Cifar1
     ds = load_dataset(cifar_cfg(data_dir=str(folder)), torch.device(device))
     assert ds.name == "cifar10" and ds.image_size == 32 and ds.train_x.device.type == device
     assert (len(ds.train_y), len(ds.val_y), len(ds.test_y)) == (18, 2, 6)  # one in ten held out
+    assert (ds.spec.train_size, ds.spec.val_size, ds.spec.test_size) == (18, 2, 6)
+    assert (ds.spec.num_classes, ds.spec.chance_accuracy, ds.spec.channels) == (10, 0.1, 3)
+    assert ds.spec.mean == tuple(ds.mean.tolist()) and ds.spec.std == tuple(ds.std.tolist())
     host = dataclasses.replace(ds, **{f.name: getattr(ds, f.name).cpu() for f in dataclasses.fields(ds)[1:]})
     assert_matches_raw(host, fake)
     x = host.train_x.double() / 255

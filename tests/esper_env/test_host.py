@@ -6,17 +6,26 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from esper_env.host import HostModel, host_param_count, mode_flags, seed_parameters
+from esper_env.config import EnvConfig
+from esper_env.dataset_spec import DatasetSpec
+from esper_env.host import HostModel, build_host, host_param_count, mode_flags, seed_parameters
 from esper_env.lifecycle import ForwardMode
 from esper_env.seeds import BLUEPRINTS, build_seed, seed_param_count
 from esper_env.spaces import BLUEPRINT_NAMES
 
 WIDTHS, SLOTS = (8, 16, 32), (0, 1, 2)
+CFG = EnvConfig(host_widths=WIDTHS, slot_blocks=SLOTS)
+
+
+def _spec(num_classes: int = 10, channels: int = 3) -> DatasetSpec:
+    return DatasetSpec(name="test", num_classes=num_classes, image_size=16, channels=channels, train_size=8,
+                       val_size=8, test_size=8, chance_accuracy=1 / num_classes, mean=(0.5,) * channels,
+                       std=(0.25,) * channels)
 
 
 def _model(seed: int = 0) -> HostModel:
     torch.manual_seed(seed)
-    return HostModel(WIDTHS, SLOTS)
+    return build_host(CFG, _spec())
 
 
 def _flags(modes: dict[int, ForwardMode]) -> torch.Tensor:
@@ -63,7 +72,17 @@ def test_parameter_counts_match_the_modules(blueprint, channels):
 
 
 def test_host_parameter_count():
-    assert host_param_count(WIDTHS) == sum(p.numel() for p in _model().host_parameters())
+    assert host_param_count(CFG, _spec()) == sum(p.numel() for p in _model().host_parameters())
+    # the classifier grows by one weight row and one bias per class
+    assert host_param_count(CFG, _spec(num_classes=4)) == host_param_count(CFG, _spec()) - 6 * (WIDTHS[-1] + 1)
+
+
+def test_the_host_reads_its_input_channels_and_classes_from_the_dataset_spec():
+    model = build_host(EnvConfig(host_widths=(4, 8), slot_blocks=(1,)), _spec(num_classes=4, channels=1))
+    assert model.blocks[0][0].in_channels == 1 and model.classifier.out_features == 4
+    assert [slot.channels for slot in model.slots] == [8]
+    no_seed = torch.zeros(1), torch.zeros(2, 1)
+    assert model(torch.randn(5, 1, 16, 16), *no_seed).shape == (5, 4)
 
 
 def _host_grads(model: HostModel, x, y, modes: dict[int, ForwardMode]) -> list[torch.Tensor]:
