@@ -43,10 +43,17 @@ from esper_agent.policy import LSTMState, RecurrentPolicy, SequenceEvaluation
 from esper_env.spaces import HEAD_NAMES
 
 SCALAR_STATS = ("loss/policy", "loss/value", "loss/entropy", "loss/total", "ppo/kl", "ppo/clip_fraction",
-                "loss/reference_kl", "ppo/ratio_max", "ppo/ratio_min")
-ADDITIVE_STATS = SCALAR_STATS[:7]
+                "loss/reference_kl", "advantage/clipped_fraction", "ppo/ratio_max", "ppo/ratio_min")
+"""Per minibatch step, averaged over the update's steps. ``ppo/clip_fraction``: the fraction of valid steps whose
+joint ratio lies outside 1 +- clip_coef, on either side. ``advantage/clipped_fraction``: the fraction of valid steps
+whose advantage the clip cut off, i.e. whose surrogate took the clipped branch (normalised advantage > 0 and ratio >
+1 + clip_coef, or advantage < 0 and ratio < 1 - clip_coef), so that they gave no policy gradient: the share of the
+rollout's learning signal the clip spent, where ``ppo/clip_fraction`` also counts ratios the clip let through."""
+ADDITIVE_STATS = SCALAR_STATS[:8]
 """The scalars that are sums over steps divided by global counts: the ranks' shares add up (the ratio extremes
 do not; the head entropy sums do, the head counts are global already)."""
+_LOSS, _KL = SCALAR_STATS.index("loss/total"), SCALAR_STATS.index("ppo/kl")
+_RATIO_MAX, _RATIO_MIN = SCALAR_STATS.index("ppo/ratio_max"), SCALAR_STATS.index("ppo/ratio_min")
 
 LOG_RATIO_BOUND = 20.0
 """Bound on the joint log-ratio before ``exp`` (nats). One step whose stored log-prob is far below the current one (a
@@ -186,10 +193,12 @@ def minibatch_terms(policy: RecurrentPolicy, batch: TrainBatch, rows: Tensor, cf
     with torch.no_grad():
         kl = mean((ratio - 1) - log_ratio)
         clip_fraction = mean(((ratio - 1).abs() > cfg.clip_coef).float())
+        cut = ((adv > 0) & (ratio > 1 + cfg.clip_coef)) | ((adv < 0) & (ratio < 1 - cfg.clip_coef))
+        advantage_clipped = mean(cut.float())
         ratio_max = torch.where(valid, ratio, torch.full_like(ratio, -math.inf)).max()
         ratio_min = torch.where(valid, ratio, torch.full_like(ratio, math.inf)).min()
-        scalars = torch.stack([pg_loss, v_loss, entropy, loss, kl, clip_fraction, ref_kl, ratio_max,
-                               ratio_min]).detach()
+        scalars = torch.stack([pg_loss, v_loss, entropy, loss, kl, clip_fraction, ref_kl, advantage_clipped,
+                               ratio_max, ratio_min]).detach()
     return MinibatchTerms(loss, kl, torch.cat([scalars, head_sum.detach(), head_count]))
 
 
@@ -242,7 +251,7 @@ def ppo_update(policy: RecurrentPolicy, optimizer: torch.optim.Optimizer, batch:
             stats = reduce_step(params, terms.stats, ranks)
             head_norms = group_grad_norms(groups)
             grad_norm = nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)  # returns the pre-clip norm
-            loss, kl, norm = torch.stack([stats[3], stats[4], grad_norm]).tolist()  # sync: one per step
+            loss, kl, norm = torch.stack([stats[_LOSS], stats[_KL], grad_norm]).tolist()  # sync: one per step
             finite = math.isfinite(loss) and math.isfinite(norm)
             guard.record(finite)
             if not finite:
@@ -281,7 +290,7 @@ def summarize(records: list[Tensor], group_names: list[str], applied: int, skipp
         return out
     table = torch.stack(records)
     n_scalar = len(SCALAR_STATS)
-    kl_col, max_col, min_col, norm_col = 4, 7, 8, n_scalar + 2 * heads
+    kl_col, max_col, min_col, norm_col = _KL, _RATIO_MAX, _RATIO_MIN, n_scalar + 2 * heads
     head_entropy = table[:, n_scalar : n_scalar + heads].sum(0) / table[:, n_scalar + heads : norm_col].sum(0)
     extremes = ranks.max(torch.stack([table[:, max_col].max(), -table[:, min_col].min()]))  # the ratio's, global
     summary = torch.cat([table.mean(0), table[:, kl_col].max().view(1), extremes[:1], -extremes[1:],

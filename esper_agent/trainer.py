@@ -35,23 +35,8 @@ from esper_agent.normalize import ObservationNormalizer, RewardScaler
 from esper_agent.policy import RecurrentPolicy
 from esper_agent.ppo import NonFiniteGuard, Reference, TrainBatch, empty_ppo_stats, ppo_update
 from esper_agent.selection import BestPolicy, kept_policy, snapshot
+from esper_agent.statistics import rollout_statistics
 from esper_agent.telemetry import rollout_metrics
-
-
-def value_statistics(rollout: Rollout, advantages: Advantages, ranks: SingleProcess = SINGLE) -> dict[str, float]:
-    """Explained variance of the collection-time values, and the spreads the value-collapse check compares
-    (over every rank's rollout)."""
-    valid, values, returns = rollout.valid, rollout.values, advantages.returns
-    series = (returns, returns - values, values)
-    zero = torch.zeros_like(values)
-    first = ranks.sum(torch.stack([valid.sum().float(), *(torch.where(valid, x, zero).sum() for x in series)]))
-    count = first[0].clamp(min=1)
-    means = first[1:] / count
-    squares = [torch.where(valid, (x - m) ** 2, zero).sum() for x, m in zip(series, means, strict=True)]
-    returns_var, residual_var, values_var = ranks.sum(torch.stack(squares)) / count
-    ev = torch.where(returns_var > 0, 1 - residual_var / returns_var, torch.full_like(returns_var, math.nan))
-    ev, v_std, r_std = torch.stack([ev, values_var.sqrt(), returns_var.sqrt()]).tolist()  # sync: once per update
-    return {"value/explained_variance": ev, "value/std": v_std, "value/returns_std": r_std}
 
 
 class Trainer:
@@ -136,7 +121,7 @@ class Trainer:
         metrics: dict[str, Any] = {"update": self.update_index, "env_steps": self.env_steps, "ppo/lr": lr,
                                    "imitation/active": float(imitating),
                                    "normalizer/reward_scale": self.reward_scaler.scale}
-        metrics |= update_stats | value_statistics(rollout, advantages, self.ranks) | episode_stats
+        metrics |= update_stats | rollout_statistics(rollout, advantages, self.ranks) | episode_stats
         if self.selection is not None:
             metrics |= self.selection.metrics()
         metrics["time/update_s"] = time.perf_counter() - collected
@@ -247,4 +232,4 @@ class Trainer:
             self.sample_generator.manual_seed(sample_seed(self.seed, self.ranks.rank) + self.update_index)
 
 
-__all__ = ["Trainer", "check_gamma_contract", "check_imitation_possible", "value_statistics"]
+__all__ = ["Trainer", "check_gamma_contract", "check_imitation_possible"]

@@ -217,3 +217,19 @@ def test_one_extreme_ratio_no_longer_makes_the_minibatch_nonfinite() -> None:
     assert "ratio_explosion" in names(stats["anomalies"])  # still reported
     assert all(torch.isfinite(p).all() for p in trainer.policy.parameters())
     assert not all(torch.equal(a, b) for a, b in zip(before, trainer.policy.parameters(), strict=True))
+
+
+def test_advantage_clipped_fraction_counts_the_steps_whose_advantage_the_clip_cut_off() -> None:
+    """Every ratio pushed to about e (> 1 + clip_coef): all of them lie outside the clip range, but the clip only
+    cuts the steps with a positive normalised advantage (the others keep the unclipped, smaller term)."""
+    trainer = toy_env.make_toy_trainer()
+    batch = collected_batch(trainer)
+    batch.rollout.log_probs[:] -= 1.0
+    valid, adv = batch.rollout.valid, batch.advantages
+    above_mean = (adv > adv[valid].mean()) & valid  # a positive advantage once normalised over the minibatch
+    terms = minibatch_terms(trainer.policy, batch, torch.arange(valid.shape[0]), trainer.config)
+    stats = dict(zip(SCALAR_STATS, terms.stats.tolist(), strict=False))
+    assert stats["ppo/clip_fraction"] == 1.0
+    expected = above_mean.sum().item() / valid.sum().item()
+    assert 0 < expected < 1 and stats["advantage/clipped_fraction"] == pytest.approx(expected)
+    assert 0 < run_update(trainer, batch, target_kl=0.0)["advantage/clipped_fraction"] <= 1
