@@ -1,0 +1,245 @@
+"""Run a head-to-head campaign on one or several GPUs: every (arm, seed) of ``benchmarks.compare_agents`` in its
+own process, at most ``--per-gpu`` processes on each GPU at once, each GPU's next process started as one ends.
+
+Why one process per slice: a slice is the unit ``compare_agents`` resumes (a finished slice is skipped, a learning
+slice continues from its last update), so a campaign cut short anywhere is continued by running the same command
+again, and processes never share a GPU's memory pools or a CPU thread pool. Why a cap per GPU: each process holds
+its own copy of the data and its sub-envs' hosts and CUDA graphs (on ``Esper-CIFAR10-v0`` with 8 sub-envs,
+15-26 GiB each: 7-8 per 140 GiB H200 ran out of memory, 5 fit). The learning arms start first, since they take the
+longest; every slice already written is skipped without starting a process.
+
+``--preset NAME`` takes the env, its kwargs, the sub-envs, the agent config and the training budget from
+:mod:`esper_agent.presets` (flags given here win; ``--env-kwargs`` is merged over the preset's), and labels the
+esper_agent folder with the preset's name unless ``--label`` says otherwise. The label applies to esper_agent
+only: the other arms do not read the agent config, so one folder per env config serves every agent recipe.
+Every flag this command does not define goes to ``compare_agents`` unchanged (``--budget-epochs``,
+``--eval-episodes``, ``--eval-sampled``, ``--time-limit-s`` for a time limit per slice, ``--agent-kwargs``, ...).
+Each process's output goes to ``<out>/logs/<env>/<folder>-<seed>.log`` (appended, so a resumed slice keeps its
+earlier runs' lines).
+
+    python -m benchmarks.campaign --preset cifar10-fast-budget --arms esper_agent heuristic --seeds 0-15 \\
+        --out benchmarks/results/compare_val5k --eval-episodes 48 --eval-sampled --per-gpu 2 --threads 4
+    python -m benchmarks.campaign --preset cifar10-fast-budget --seeds 0-15 --out ... --status   # what is done
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import gymnasium as gym
+import torch
+
+from benchmarks import compare_agents
+from esper_env.config import EnvConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+POLL_S = 2.0  # seconds between checks for a finished process: slices take minutes
+
+
+@dataclass(frozen=True)
+class Job:
+    """One (arm, seed) slice: the ``compare_agents`` command that makes it, and where it writes."""
+
+    arm: str
+    seed: int
+    folder: Path
+    argv: tuple[str, ...]
+    log: Path
+
+    @property
+    def slice_path(self) -> Path:
+        return self.folder / f"seed{self.seed}.json"
+
+    def state(self) -> str:
+        """``done`` (its slice is written), ``paused`` (a learning slice's saved state waits) or ``to run``."""
+        if self.slice_path.exists():
+            return "done"
+        return "paused" if any(p.exists() for p in compare_agents.saved_state(self.arm, self.seed, self.folder)) \
+            else "to run"
+
+
+class Process(Protocol):
+    def poll(self) -> int | None: ...
+
+
+def parse_seeds(texts: Sequence[str]) -> list[int]:
+    """``["0-3", "8"]`` -> ``[0, 1, 2, 3, 8]``: single seeds and inclusive ranges, in order, each once."""
+    seeds: list[int] = []
+    for text in texts:
+        first, dash, last = text.partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()):
+            raise ValueError(f"seed {text!r}: expected a number or a range like 0-15")
+        span = range(int(first), int(last or first) + 1)
+        if not span:
+            raise ValueError(f"seed range {text!r} is empty: expected its first seed <= its last")
+        seeds += [s for s in span if s not in seeds]
+    return seeds
+
+
+def preset_argv(name: str) -> tuple[list[str], dict]:
+    """The ``compare_agents`` flags a preset fixes, and its env kwargs (merged with ``--env-kwargs``)."""
+    from esper_agent import presets  # only a campaign that names a preset needs them
+
+    preset = presets.load(name)
+    run, agent = preset.run, preset.agent
+    argv = ["--agent-kwargs", json.dumps(agent)]
+    if "env" in run:
+        argv += ["--env", run["env"]]
+    if "num_envs" in run:
+        argv += ["--num-envs", str(run["num_envs"])]
+    if "device" in run:  # the train command's device is the agent's; the env keeps its own (auto: the GPU)
+        argv += ["--agent-device", run["device"]]
+    if "total_updates" in run and "num_envs" in run:
+        env = run.get("env") or compare_agents.build_parser().get_default("env")
+        steps = agent.get("rollout_steps") or EnvConfig.from_kwargs(
+            **{**gym.spec(env).kwargs, **run.get("env_kwargs", {})}).max_epochs
+        argv += ["--budget-epochs", str(run["total_updates"] * steps * run["num_envs"])]
+    return argv, dict(run.get("env_kwargs", {}))
+
+
+def plan(args: argparse.Namespace, passed: list[str]) -> list[Job]:
+    """Every (arm, seed) job, learning arms first; ``passed`` are the flags meant for ``compare_agents``."""
+    base, env_kwargs = preset_argv(args.preset) if args.preset else ([], {})
+    given = json.loads(args.env_kwargs or "{}")
+    if not isinstance(given, dict):
+        raise ValueError(f"--env-kwargs {args.env_kwargs}: expected a JSON object of env arguments")
+    common = [*base, "--env-kwargs", json.dumps(env_kwargs | given), *passed,
+              *(["--env", args.env] if args.env else []), "--out", str(args.out.resolve())]
+    given_label = args.label if args.label is not None else (args.preset or "")
+    resolved = compare_agents.parse_args([*common, "--label", given_label])  # refused here, before anything runs
+    arms = args.arms or list(compare_agents.ARMS)
+    arms = sorted(arms, key=lambda arm: arm not in compare_agents.LEARNING_ARMS)  # stable: the given order within
+    jobs = []
+    for arm in arms:
+        label = resolved.label if arm == "esper_agent" else ""
+        folder = compare_agents.slice_folder(resolved.out, resolved.env, arm, label)
+        for seed in args.seeds:
+            argv = [*common, "--label", label, "--arms", arm, "--seeds", str(seed)]
+            log = resolved.out / "logs" / resolved.env / f"{folder.name}-{seed}.log"
+            jobs.append(Job(arm, seed, folder, tuple(argv), log))
+    return jobs
+
+
+def gpu_slots(gpus: list[int] | None) -> list[str | None]:
+    """The ``CUDA_VISIBLE_DEVICES`` of each GPU a process may go to: ``gpus`` are torch's indices, mapped through
+    this process's own ``CUDA_VISIBLE_DEVICES`` when it has one; ``[None]`` (leave it as it is) without a GPU."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    names = [v.strip() for v in visible.split(",") if v.strip()] if visible is not None else None
+    count = len(names) if names is not None else torch.cuda.device_count()
+    chosen = list(range(count)) if gpus is None else gpus
+    wrong = [g for g in chosen if not 0 <= g < count]
+    if wrong:
+        raise ValueError(f"--gpus {wrong}: this machine shows {count} GPU(s) (indices 0 to {count - 1})")
+    if not chosen:
+        return [None]
+    return [names[g] if names is not None else str(g) for g in chosen]
+
+
+def start_process(job: Job, gpu: str | None, threads: int) -> subprocess.Popen:
+    """``python -m benchmarks.compare_agents`` for one job on one GPU, its output appended to the job's log."""
+    env = os.environ | {"OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
+                        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    job.log.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "benchmarks.compare_agents", *job.argv]
+    with job.log.open("a") as log:
+        log.write(f"== {time.strftime('%Y-%m-%dT%H:%M:%S%z')} on GPU {gpu}: {' '.join(command)}\n")
+        log.flush()
+        return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def run_jobs(jobs: Sequence[Job], slots: Sequence[str | None], per_slot: int,
+             start: Callable[[Job, str | None], Process], poll_s: float = POLL_S) -> dict[Job, int]:
+    """Start the jobs in order, each on the slot (GPU) running the fewest (the first of those), never more than
+    ``per_slot`` on one; wait for all; their exit codes."""
+    pending, running = list(jobs), [[] for _ in slots]
+    codes: dict[Job, int] = {}
+    while pending or any(running):
+        for procs in running:
+            for job, process in list(procs):
+                if (code := process.poll()) is not None:
+                    codes[job] = code
+                    procs.remove((job, process))
+        while pending and (free := [k for k, procs in enumerate(running) if len(procs) < per_slot]):
+            slot = min(free, key=lambda k: len(running[k]))
+            job = pending.pop(0)
+            running[slot].append((job, start(job, slots[slot])))
+            print(f"started {job.arm} seed {job.seed} on GPU {slots[slot]} (log {job.log})", flush=True)
+        if any(running):
+            time.sleep(poll_s)
+    return codes
+
+
+def report(jobs: Sequence[Job], codes: dict[Job, int]) -> bool:
+    """One line per job: done, paused (rerun to continue) or failed; True when none failed."""
+    failed = False
+    for job in jobs:
+        state, code = job.state(), codes.get(job)
+        if code not in (None, 0):
+            failed = True
+            state = f"failed (exit code {code}; its log: {job.log})"
+        elif state == "paused":
+            state = "paused (run the same command again to continue it)"
+        print(f"{job.arm} seed {job.seed}: {state}", flush=True)
+    return not failed
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.campaign", description=__doc__.splitlines()[0], allow_abbrev=False,
+        epilog="Every other flag goes to benchmarks.compare_agents unchanged (python -m benchmarks.compare_agents "
+               "--help): --budget-epochs, --eval-episodes, --eval-sampled, --time-limit-s, --agent-kwargs, ...")
+    parser.add_argument("--preset", default=None, help="a name in esper_agent/presets (env, agent, budget)")
+    parser.add_argument("--arms", nargs="+", default=None, choices=compare_agents.ARMS, help="default: all")
+    parser.add_argument("--seeds", nargs="+", default=["0-4"], help="seeds and ranges, e.g. 0-15 or 0 3 5")
+    parser.add_argument("--env", default=None, help="env id (default: the preset's, else compare_agents')")
+    parser.add_argument("--env-kwargs", default=None, help="JSON env kwargs, merged over the preset's")
+    parser.add_argument("--label", default=None, help="suffix of the esper_agent folder (default: the preset)")
+    parser.add_argument("--out", type=Path, default=Path(compare_agents.build_parser().get_default("out")),
+                        help="the campaign's results folder")
+    parser.add_argument("--gpus", type=int, nargs="*", default=None, help="GPUs to use (torch's indices; "
+                        "default: every visible one; none: the CPU)")
+    parser.add_argument("--per-gpu", type=int, default=1, help="processes at once on one GPU (count)")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads of each process (OMP_NUM_THREADS)")
+    parser.add_argument("--dry-run", action="store_true", help="print each process's GPU and command, run nothing")
+    parser.add_argument("--status", action="store_true", help="print each slice's state, run nothing")
+    return parser
+
+
+def main(argv: list[str] | None = None, start: Callable[[Job, str | None, int], Process] = start_process) -> int:
+    parser = build_parser()
+    args, passed = parser.parse_known_args(argv)
+    try:
+        args.seeds = parse_seeds(args.seeds)
+        jobs = plan(args, passed)
+        slots = gpu_slots(args.gpus)
+    except ValueError as error:
+        parser.error(str(error))
+    if args.per_gpu < 1 or args.threads < 1:
+        parser.error(f"--per-gpu {args.per_gpu}, --threads {args.threads}: expected counts >= 1")
+    if args.status:
+        return int(not report(jobs, {}))
+    todo = [job for job in jobs if job.state() != "done"]
+    print(f"{len(jobs) - len(todo)} of {len(jobs)} slices done; {len(todo)} to run on GPU(s) {slots}, "
+          f"at most {args.per_gpu} per GPU", flush=True)
+    if args.dry_run:
+        for job in todo:
+            print(f"{job.arm} seed {job.seed}: python -m benchmarks.compare_agents {shlex.join(job.argv)}")
+        return 0
+    codes = run_jobs(todo, slots, args.per_gpu, lambda job, gpu: start(job, gpu, args.threads))
+    return int(not report(jobs, codes))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,146 @@
+"""``python -m benchmarks.campaign``: the plan of (arm, seed) processes, their placement over GPUs (with stand-in
+processes, no GPU needed), and a tiny synthetic campaign run for real on the CPU, resumed and continued."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from benchmarks import campaign
+
+TINY = {"device": "cpu", "max_epochs": 3, "synthetic_train_size": 256, "synthetic_val_size": 128,
+        "synthetic_test_size": 128, "batch_size": 64}
+
+
+class _StandIn:
+    """A process that ends with ``code`` at its ``polls``-th poll."""
+
+    def __init__(self, polls: int, code: int = 0) -> None:
+        self.polls, self.code = polls, code
+
+    def poll(self) -> int | None:
+        self.polls -= 1
+        return self.code if self.polls <= 0 else None
+
+
+def _jobs(tmp_path: Path, argv: list[str]) -> list[campaign.Job]:
+    args, passed = campaign.build_parser().parse_known_args([*argv, "--out", str(tmp_path)])
+    args.seeds = campaign.parse_seeds(args.seeds)
+    return campaign.plan(args, passed)
+
+
+def test_seeds_are_numbers_and_ranges_in_order_each_once():
+    assert campaign.parse_seeds(["0-3", "8", "2", "10-11"]) == [0, 1, 2, 3, 8, 10, 11]
+    for bad in ("x", "3-", "5-2", "-1"):
+        with pytest.raises(ValueError, match=f"seed.*{bad}"):
+            campaign.parse_seeds([bad])
+
+
+def test_the_plan_runs_learning_arms_first_and_labels_only_the_agent(tmp_path):
+    jobs = _jobs(tmp_path, ["--arms", "static", "esper_agent", "maskable_flat", "--seeds", "0-1", "--label", "x",
+                            "--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--budget-epochs", "12"])
+    assert [(j.arm, j.seed) for j in jobs] == [("esper_agent", 0), ("esper_agent", 1), ("maskable_flat", 0),
+                                               ("maskable_flat", 1), ("static", 0), ("static", 1)]
+    assert [j.folder.name for j in jobs[::2]] == ["esper_agent-x", "maskable_flat", "static"]
+    assert jobs[0].folder == tmp_path.resolve() / "Esper-Synthetic-v0" / "esper_agent-x"
+    assert jobs[1].log == tmp_path.resolve() / "logs" / "Esper-Synthetic-v0" / "esper_agent-x-1.log"
+    argv = list(jobs[0].argv)
+    assert argv[argv.index("--budget-epochs") + 1] == "12"  # a flag campaign does not define is passed on
+    with pytest.raises(SystemExit):  # compare_agents refuses it before anything runs
+        _jobs(tmp_path, ["--budget-epochs", "many"])
+
+
+def test_a_preset_gives_the_agent_and_budget_and_given_env_kwargs_merge_over_its_own(tmp_path):
+    presets = pytest.importorskip("esper_agent.presets")
+    preset = presets.load("synthetic-grow")
+    jobs = _jobs(tmp_path, ["--preset", "synthetic-grow", "--arms", "esper_agent", "heuristic", "--seeds", "3",
+                            "--env-kwargs", json.dumps({"device": "cpu", "max_epochs": 4})])
+    argv = list(jobs[0].argv)
+    given = json.loads(argv[argv.index("--env-kwargs") + 1])
+    assert given == preset.run["env_kwargs"] | {"device": "cpu", "max_epochs": 4}
+    assert json.loads(argv[argv.index("--agent-kwargs") + 1]) == preset.agent
+    steps = preset.agent["rollout_steps"] * preset.run["num_envs"]  # host epochs of one update
+    assert argv[argv.index("--budget-epochs") + 1] == str(preset.run["total_updates"] * steps)
+    assert [j.folder.name for j in jobs] == ["esper_agent-synthetic-grow", "heuristic"]
+
+
+def test_processes_go_to_the_least_loaded_gpu_and_never_more_than_per_gpu(tmp_path):
+    jobs = _jobs(tmp_path, ["--arms", "static", "--seeds", "0-6"])
+    started, running = [], {}
+
+    def start(job, gpu):
+        running[gpu] = running.get(gpu, 0) + 1
+        assert running[gpu] <= 2, f"a third process on GPU {gpu}"
+        started.append((job.seed, gpu))
+        return _Counted(running, gpu, polls=1 + job.seed % 3)
+
+    codes = campaign.run_jobs(jobs, ["4", "6"], per_slot=2, start=start, poll_s=0)
+    assert sorted(codes.values()) == [0] * 7 and [s for s, _ in started] == list(range(7))
+    assert started[:4] == [(0, "4"), (1, "6"), (2, "4"), (3, "6")]  # filled evenly before the cap is reached
+
+
+class _Counted(_StandIn):
+    """A stand-in that keeps a count of what runs on its GPU."""
+
+    def __init__(self, running: dict, gpu: str, polls: int) -> None:
+        super().__init__(polls)
+        self.running, self.gpu = running, gpu
+
+    def poll(self) -> int | None:
+        code = super().poll()
+        if code is not None:
+            self.running[self.gpu] -= 1
+        return code
+
+
+def test_gpus_are_torch_indices_mapped_through_cuda_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    assert campaign.gpu_slots([0, 2]) == ["4", "6"] and campaign.gpu_slots(None) == ["4", "5", "6"]
+    assert campaign.gpu_slots([]) == [None]  # --gpus with none named: the CPU
+    with pytest.raises(ValueError, match=r"--gpus \[3\]: this machine shows 3 GPU"):
+        campaign.gpu_slots([3])
+
+
+def test_a_failed_process_is_reported_and_fails_the_campaign(tmp_path, capsys):
+    argv = ["--arms", "random", "--seeds", "0", "1", "--gpus", "--out", str(tmp_path)]
+    code = campaign.main(argv, start=lambda job, gpu, threads: _StandIn(1, code=3 if job.seed == 1 else 0))
+    out = capsys.readouterr().out
+    assert code == 1 and "random seed 1: failed (exit code 3" in out and "random seed 0: to run" in out
+
+
+def test_a_tiny_campaign_runs_resumes_and_continues_a_paused_slice_on_the_cpu(tmp_path, capsys):
+    common = ["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--gpus", "--per-gpu", "2",
+              "--threads", "1", "--eval-episodes", "1", "--num-envs", "2", "--budget-epochs", "12",
+              "--agent-kwargs", json.dumps({"hidden_size": 16}), "--out", str(tmp_path)]
+    assert campaign.main([*common, "--arms", "esper_agent", "static", "--seeds", "0", "1", "--label", "tiny",
+                          "--time-limit-s", "0"]) == 0  # the agent pauses after one of its two updates
+    out = capsys.readouterr().out
+    assert "esper_agent seed 1: paused (run the same command again" in out and "static seed 1: done" in out
+    folder = tmp_path / "Esper-Synthetic-v0"
+    assert (folder / "esper_agent-tiny" / "seed0.ckpt").exists() and (folder / "static" / "seed1.json").exists()
+    log = (tmp_path / "logs" / "Esper-Synthetic-v0" / "esper_agent-tiny-0.log").read_text()
+    assert "paused after update 1/2" in log
+    again = [*common, "--arms", "esper_agent", "static", "--seeds", "0", "1", "--label", "tiny"]
+    assert campaign.main(again) == 0  # static is done: only the agent's two slices run, and continue
+    out = capsys.readouterr().out
+    assert "2 of 4 slices done; 2 to run" in out and "started static" not in out
+    assert "continues from update 1/2" in (tmp_path / "logs" / "Esper-Synthetic-v0" / "esper_agent-tiny-0.log"
+                                          ).read_text()
+    assert len(json.loads((folder / "esper_agent-tiny" / "seed0.json").read_text())["curve"]) == 2
+    assert campaign.main([*again, "--status"]) == 0
+    assert capsys.readouterr().out.count(": done") == 4
+
+
+def test_the_dry_run_prints_commands_that_run_as_they_are(tmp_path, capsys):
+    campaign.main(["--arms", "heuristic", "--seeds", "2", "--env-kwargs", json.dumps({"max_epochs": 3}),
+                   "--gpus", "--dry-run", "--out", str(tmp_path)])
+    line = capsys.readouterr().out.splitlines()[-1]
+    argv = shlex.split(line.split(": ", 1)[1])[3:]  # after "python -m benchmarks.compare_agents"
+    from benchmarks import compare_agents
+
+    args = compare_agents.parse_args(argv)
+    assert args.arms == ["heuristic"] and args.seeds == [2] and args.env_kwargs == {"max_epochs": 3}
+    assert not (tmp_path / "logs").exists()  # nothing ran
