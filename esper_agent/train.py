@@ -3,10 +3,13 @@
 Example::
 
     python -m esper_agent.train --env Esper-CIFAR10-v0 --num-envs 8 --total-updates 200 --device cuda
+    python -m esper_agent.train --preset cifar10-fast-budget --seed 1
     python -m esper_agent.train --resume runs/Esper-CIFAR10-v0-20261126-120000-s0
 
 Every :class:`~esper_agent.config.AgentConfig` field is a flag (``--clip-coef 0.1``; booleans also take
-``--no-...``). A run directory receives ``config.json`` (with the git commit), ``metrics.jsonl``,
+``--no-...``). ``--preset <name>`` starts from a named, committed config (:mod:`esper_agent.presets`); flags
+given beside it override its values, and ``--env-kwargs`` is merged into its env kwargs key by key. A run
+directory receives ``config.json`` (with the git commit and the preset's name), ``metrics.jsonl``,
 ``metrics.csv``, TensorBoard events under ``tb/`` and ``checkpoint.pt`` (rewritten atomically every
 ``--checkpoint-interval`` updates and at the end). ``--resume`` continues from a checkpoint exactly where it
 stopped; only ``--total-updates``, ``--device`` and ``--run-dir`` may change on resume.
@@ -36,7 +39,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from esper_agent import distributed
+from esper_agent import distributed, presets
 from esper_agent.checkpoint import load_checkpoint, save_checkpoint
 from esper_agent.config import AgentConfig, field_help
 from esper_agent.distributed import SINGLE, SingleProcess
@@ -45,8 +48,9 @@ from esper_agent.trainer import Trainer
 
 CHECKPOINT_NAME = "checkpoint.pt"
 RUN_DEFAULTS: dict[str, Any] = {"env": "Esper-CIFAR10-v0", "env_kwargs": {}, "num_envs": 8, "device": "auto",
-                                "seed": 0, "total_updates": 100, "run_dir": None, "resume": None}
-RESUME_MAY_CHANGE = frozenset({"total_updates", "device", "run_dir", "resume"})
+                                "seed": 0, "total_updates": 100, "run_dir": None, "resume": None, "preset": None}
+# A resumed run keeps its settings; a preset named beside --resume is checked through the values it gives.
+RESUME_MAY_CHANGE = frozenset({"total_updates", "device", "run_dir", "resume", "preset"})
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,7 @@ class RunOptions:
     seed: int
     total_updates: int
     run_dir: Path
+    preset: str | None = None
 
 
 def make_envs(env_id: str, num_envs: int, env_kwargs: dict[str, Any]) -> gym.vector.VectorEnv:
@@ -97,7 +102,7 @@ def write_config_json(options: RunOptions, config: AgentConfig, world_size: int 
         "agent": config.to_dict(),
         "run": {"env_id": options.env_id, "env_kwargs": options.env_kwargs, "num_envs": options.num_envs,
                 "device": options.device, "seed": options.seed, "total_updates": options.total_updates,
-                "world_size": world_size},
+                "world_size": world_size, "preset": options.preset},
         "git_commit": commit, "git_dirty": dirty, "command": sys.argv,
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "gymnasium": gym.__version__, "numpy": np.__version__},
@@ -158,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Train the esper_agent PPO on a Gymnasium vector env, with "
                                      "TensorBoard/JSONL/CSV logs and atomic checkpoints.")
     group = parser.add_argument_group("run")
+    group.add_argument("--preset", choices=presets.names(), help="named config to start from "
+                       "(esper_agent/presets/<name>.json): its run settings and agent fields; flags given beside "
+                       "it override them, and --env-kwargs is merged into its env kwargs key by key")
     group.add_argument("--env", help="Gymnasium id of a vector env with Esper's action space; 'module:Id' imports "
                        f"the module first [default: {RUN_DEFAULTS['env']}]")
     group.add_argument("--env-kwargs", type=json.loads, help="JSON object of keyword arguments for "
@@ -196,7 +204,7 @@ def _options(given: dict[str, Any], stored: dict[str, Any] | None) -> RunOptions
         f"{values['env'].split(':')[-1]}-{time.strftime('%Y%m%d-%H%M%S')}-s{values['seed']}")
     return RunOptions(values["env"], dict(values["env_kwargs"]), int(values["num_envs"]),
                       resolve_device(values["device"]), int(values["seed"]), int(values["total_updates"]),
-                      Path(run_dir))
+                      Path(run_dir), values["preset"])
 
 
 def _load_resume(path: Path, given: dict[str, Any], overrides: dict[str, Any]
@@ -226,8 +234,26 @@ def _setup(given: dict[str, Any], overrides: dict[str, Any]
     return None, _options(given, None), AgentConfig(**overrides)
 
 
+def with_preset(args: dict[str, Any]) -> dict[str, Any]:
+    """The parsed flags over the values of the preset ``--preset`` names (none: the flags unchanged).
+
+    A flag given on the command line wins over the preset's value; ``--env-kwargs`` is merged into the preset's
+    env kwargs key by key, so that a device or a data folder can be added without restating the host config.
+    """
+    name = args.get("preset")
+    if name is None:
+        return dict(args)
+    preset = presets.load(name)
+    merged = preset.run | preset.agent | args
+    if "env_kwargs" in args:
+        if not isinstance(args["env_kwargs"], dict):
+            raise SystemExit(f"--env-kwargs {json.dumps(args['env_kwargs'])}: expected a JSON object")
+        merged["env_kwargs"] = preset.run.get("env_kwargs", {}) | args["env_kwargs"]
+    return merged
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = vars(build_parser().parse_args(argv))
+    args = with_preset(vars(build_parser().parse_args(argv)))
     field_names = {f.name for f in dataclasses.fields(AgentConfig)}
     overrides = {k: v for k, v in args.items() if k in field_names}
     given = {k: v for k, v in args.items() if k not in field_names}

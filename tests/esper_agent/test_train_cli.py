@@ -14,7 +14,7 @@ import torch
 import toy_env
 from agent_fixtures import one_torch_thread  # noqa: F401  (autouse: one torch thread per test)
 
-from esper_agent import evaluate, train
+from esper_agent import evaluate, presets, train
 from esper_agent.checkpoint import load_checkpoint
 from esper_agent.config import AgentConfig
 from esper_env import spaces
@@ -172,3 +172,47 @@ def test_git_dirty_counts_code_not_results(tmp_path: Path) -> None:
     (tmp_path / "launch.sh").unlink()
     (tmp_path / "pkg" / "code.py").write_text("x = 2\n")
     assert train.git_commit(tmp_path / "pkg")[1] is True
+
+
+def test_a_preset_gives_its_values_and_flags_beside_it_win() -> None:
+    preset = presets.load("cifar10-fast-budget")
+    args = train.with_preset(vars(train.build_parser().parse_args([
+        "--preset", "cifar10-fast-budget", "--num-envs", "2", "--hidden-size", "16",
+        "--env-kwargs", json.dumps({"device": "cpu", "val_images": None})])))
+    assert args["env"] == preset.run["env"] and args["total_updates"] == preset.run["total_updates"]
+    assert args["num_envs"] == 2 and args["hidden_size"] == 16
+    assert args["reference_kl_coef"] == preset.agent["reference_kl_coef"]
+    # --env-kwargs is merged key by key: the preset's host stays, the flag's keys win.
+    assert args["env_kwargs"] == preset.run["env_kwargs"] | {"device": "cpu", "val_images": None}
+
+
+def test_a_preset_run_records_the_preset_config(tmp_path: Path) -> None:
+    """The run's config.json holds the preset's agent fields (bar the flags given beside it) and its env kwargs."""
+    tiny = {"max_epochs": 2, "device": "cpu", "synthetic_train_size": 64, "synthetic_val_size": 32,
+            "batch_size": 32, "host_widths": [4, 8]}
+    flags = ["--num-envs", "2", "--rollout-steps", "2", "--hidden-size", "8", "--env-kwargs", json.dumps(tiny)]
+    assert train.main(["--preset", "synthetic-grow", *flags, "--total-updates", "1", "--run-dir", str(tmp_path)]) == 0
+    preset = presets.load("synthetic-grow")
+    config = json.loads((tmp_path / "config.json").read_text())
+    expected = AgentConfig(**(preset.agent | {"rollout_steps": 2, "hidden_size": 8}))
+    assert config["agent"] == expected.to_dict()
+    assert config["run"]["env_kwargs"] == preset.run["env_kwargs"] | tiny
+    assert config["run"]["env_id"] == "Esper-Synthetic-v0" and config["run"]["preset"] == "synthetic-grow"
+    # The same command resumes (its preset's values match the checkpoint's); another preset's values do not.
+    assert train.main(["--preset", "synthetic-grow", *flags, "--total-updates", "2", "--resume", str(tmp_path)]) == 0
+    with pytest.raises(SystemExit, match="differ from the checkpoint"):
+        train.main(["--preset", "cifar10-fast-budget", *flags, "--resume", str(tmp_path)])
+
+
+def test_an_unknown_preset_names_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        train.build_parser().parse_args(["--preset", "no-such-preset"])
+    err = capsys.readouterr().err
+    assert "no-such-preset" in err and all(name in err for name in presets.names())
+    with pytest.raises(ValueError, match=r"unknown preset 'no-such-preset'; expected one of \['cifar10-fast-budget'"):
+        presets.load("no-such-preset")
+
+
+def test_env_kwargs_beside_a_preset_must_be_an_object() -> None:
+    with pytest.raises(SystemExit, match=r"--env-kwargs \[1\]: expected a JSON object"):
+        train.with_preset({"preset": "synthetic-grow", "env_kwargs": [1]})
