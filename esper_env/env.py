@@ -9,6 +9,7 @@ import numpy as np
 
 from esper_env.config import EnvConfig
 from esper_env.render import RENDER_METADATA
+from esper_env.spaces import fill_env_doc
 from esper_env.vector_env import EsperVectorEnv
 
 
@@ -22,30 +23,35 @@ class EsperEnv(gym.Env):
     validation with counterfactual measurements (each blended seed's accuracy contribution).
 
     ## Action Space
-    ``MultiDiscrete([5, num_slots, 7, 3, 3])``, heads in this order:
+    ``MultiDiscrete([5, num_slots, ${num_blueprints}, 3, 3])``, heads in this order:
 
     | head | values |
     |------|--------|
     | op | 0 WAIT, 1 GERMINATE, 2 ADVANCE, 3 PRUNE, 4 FOSSILIZE |
     | slot | slot index, in forward order (default 3 slots after the 3 host blocks) |
-    | blueprint | 0 norm, 1 attention, 2 depthwise, 3 conv_small, 4 bottleneck, 5 conv_light, 6 conv_heavy |
+    | blueprint | ${blueprint_values} (listed below) |
     | blend | 0 linear, 1 cosine, 2 gated |
     | tempo | blending ramp of 0: 3, 1: 5, 2: 8 epochs |
+
+    Blueprints (``esper_env.blueprints``), each the identity when planted; ``C`` is the slot's channels:
+
+    ${blueprint_list}
 
     WAIT reads only ``op``; GERMINATE reads every head; ADVANCE, PRUNE and FOSSILIZE read ``op`` and ``slot``
     (``esper_env.spaces.HEAD_RELEVANCE``). Heads an op does not read are ignored. Masks after every reset and
     step: ``info["action_mask"]`` (flat bool, the op mask then each head's marginal; also ``action_masks()``),
     ``info["op_slot_mask"]`` (bool ``(5, num_slots)``, exact; also ``op_slot_mask()``) and
-    ``info["blueprint_mask"]`` (bool ``(num_slots, 7)``: the blueprints GERMINATE may plant in each slot; all True
-    unless ``param_budget_mask`` makes ``param_budget`` a hard limit; also ``blueprint_mask()``) and
-    ``info["blend_mask"]`` (bool ``(num_slots, 7, 3)``: the blends GERMINATE may use for each blueprint in each
-    slot; under a hard budget the gated blend only where the seed fits with its gate; also ``blend_mask()``). An
+    ``info["blueprint_mask"]`` (bool ``(num_slots, ${num_blueprints})``: the blueprints GERMINATE may plant in
+    each slot; all True unless ``param_budget_mask`` makes ``param_budget`` a hard limit; also
+    ``blueprint_mask()``) and ``info["blend_mask"]`` (bool ``(num_slots, ${num_blueprints}, 3)``: the blends
+    GERMINATE may use for each blueprint in each slot; under a hard budget the gated blend only where the seed
+    fits with its gate; also ``blend_mask()``). An
     action the masks forbid is executed as WAIT with ``info["invalid_action"] = True``; a malformed action (shape,
     dtype, range, NaN) raises ``ValueError`` and changes nothing.
 
     ## Observation Space
-    ``Box(-1, 1, (31 + 25 * num_slots,), float32)``; 106 values with the default 3 slots. Unknown values
-    are -1. Global part:
+    ``Box(-1, 1, (${global_size} + ${slot_size} * num_slots,), float32)``; ${default_size} values with the
+    default ${default_slots} slots. Unknown values are -1. Global part:
 
     | index | name | meaning |
     |-------|------|---------|
@@ -62,20 +68,11 @@ class EsperEnv(gym.Env):
     | 25-29 | last_op | one-hot of the op executed last step (all 0 at reset) |
     | 30 | last_action_valid | 1 if the last action was valid, 0 if it was executed as WAIT |
 
-    Then, for slot ``i``, 25 values starting at ``31 + 25 * i``:
+    Then, for slot ``i``, ${slot_size} values starting at ``${global_size} + ${slot_size} * i``:
 
     | offset | name | meaning |
     |--------|------|---------|
-    | +0-7 | stage | one-hot stage: DORMANT, GERMINATED, TRAINING, BLENDING, HOLDING, FOSSILIZED, PRUNED, EMBARGOED |
-    | +8 | alpha | blending amplitude used in the coming epoch |
-    | +9 | contribution | clip(counterfactual contribution in pp / 10, -1, 1); 0 if never measured |
-    | +10 | contribution_freshness | 0.8 ** epochs since measured; -1 if never measured |
-    | +11 | epochs_in_stage | epochs in the current stage / max_epochs |
-    | +12 | seed_age | epochs since germination / max_epochs |
-    | +13-19 | blueprint | one-hot blueprint (all 0 without a seed) |
-    | +20-22 | blend | one-hot blending curve (all 0 without a seed) |
-    | +23 | tempo | blending ramp length / 8 (0 without a seed) |
-    | +24 | grad_ratio | symlog(seed / host gradient norm) / 4; -1 if not measured |
+    ${slot_rows}
 
     ## Rewards
     Default ``reward_mode="accuracy"``: the change of validation accuracy (fraction) minus ``param_penalty``
@@ -108,6 +105,7 @@ class EsperEnv(gym.Env):
     * v0: initial release.
     """
 
+    __doc__ = fill_env_doc(__doc__)  # the catalogue and layout parts of the text above, from esper_env.spaces
     metadata: dict[str, Any] = dict(RENDER_METADATA)
 
     def __init__(self, render_mode: str | None = None, **kwargs: Any) -> None:

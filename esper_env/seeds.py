@@ -1,24 +1,23 @@
-"""Seed blueprints: small residual modules that start as the identity, and the learned blending gate.
+"""Seeds: the torch building blocks the blueprints are made of, building a seed, and the learned blending gate.
 
-Every blueprint maps ``(B, C, H, W) -> (B, C, H, W)`` and equals the identity at initialisation (its last
-learnable layer is zero-initialised), so planting a seed changes nothing until it learns. Normalisation is
-GroupNorm, never BatchNorm, so a seed's output does not depend on the batch it sits in.
+Which blueprints exist, in which order and how each is assembled from these blocks is
+:data:`esper_env.blueprints.BLUEPRINTS`; :func:`build_seed` builds one by its index. Every seed maps
+``(B, C, H, W) -> (B, C, H, W)`` and equals the identity at initialisation (its last learnable layer is
+zero-initialised), so planting a seed changes nothing until it learns. Normalisation is GroupNorm, never
+BatchNorm, so a seed's output does not depend on the batch it sits in.
 
 Where the last layer is a GroupNorm, its affine weight and bias start at zero: a zero *convolution* followed by
 GroupNorm would normalise an all-zero tensor, whose gradient is scaled by 1/sqrt(eps) and explodes.
-For the same reason ``conv_heavy``'s last block has no ReLU after its zero GroupNorm: ReLU's gradient at
-exactly 0 is 0 in PyTorch, so the seed could never start learning.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from esper_env.spaces import BLUEPRINT_NAMES
+from esper_env.blueprints import BLUEPRINTS
 
 
 def group_count(channels: int) -> int:
@@ -27,19 +26,40 @@ def group_count(channels: int) -> int:
     return max(d for d in range(1, target + 1) if channels % d == 0)
 
 
-def _zero_group_norm(channels: int) -> nn.GroupNorm:
-    norm = nn.GroupNorm(group_count(channels), channels)
+def group_norm(channels: int) -> nn.GroupNorm:
+    return nn.GroupNorm(group_count(channels), channels)
+
+
+def zero_group_norm(channels: int) -> nn.GroupNorm:
+    """GroupNorm whose affine weight and bias start at 0: its output is exactly 0 until it learns."""
+    norm = group_norm(channels)
     nn.init.zeros_(norm.weight)
     nn.init.zeros_(norm.bias)
     return norm
 
 
-class Residual(nn.Module):
-    """``x + body(x)``."""
+def conv(c_in: int, c_out: int, kernel: int, groups: int = 1) -> nn.Conv2d:
+    """A bias-free convolution that keeps the spatial size."""
+    return nn.Conv2d(c_in, c_out, kernel, padding=kernel // 2, groups=groups, bias=False)
 
-    def __init__(self, body: nn.Module) -> None:
+
+def zero_conv(c_in: int, c_out: int, kernel: int) -> nn.Conv2d:
+    """:func:`conv` with its weight zeroed after the default draw (the draw still advances the generator)."""
+    layer = conv(c_in, c_out, kernel)
+    nn.init.zeros_(layer.weight)
+    return layer
+
+
+def relu() -> nn.ReLU:
+    return nn.ReLU()
+
+
+class Residual(nn.Module):
+    """``x + body(x)`` with ``body`` the given layers in sequence."""
+
+    def __init__(self, *layers: nn.Module) -> None:
         super().__init__()
-        self.body = body
+        self.body = nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.body(x)
@@ -74,46 +94,6 @@ class AttentionSeed(nn.Module):
         return x * (1 + gate[:, :, None, None])
 
 
-def _conv(c_in: int, c_out: int, kernel: int, groups: int = 1) -> nn.Conv2d:
-    return nn.Conv2d(c_in, c_out, kernel, padding=kernel // 2, groups=groups, bias=False)
-
-
-def _depthwise(c: int) -> nn.Module:
-    return Residual(nn.Sequential(_conv(c, c, 3, groups=c), _conv(c, c, 1), _zero_group_norm(c)))
-
-
-def _conv_small(c: int) -> nn.Module:
-    return Residual(nn.Sequential(_conv(c, c, 1), _zero_group_norm(c)))
-
-
-def _bottleneck(c: int) -> nn.Module:
-    width = max(8, c // 4)
-    up = _conv(width, c, 1)
-    nn.init.zeros_(up.weight)
-    return Residual(nn.Sequential(_conv(c, width, 1), nn.ReLU(), _conv(width, width, 3), nn.ReLU(), up))
-
-
-def _conv_light(c: int) -> nn.Module:
-    return Residual(nn.Sequential(_conv(c, c, 3), _zero_group_norm(c)))
-
-
-def _conv_heavy(c: int) -> nn.Module:
-    first = [_conv(c, c, 3), nn.GroupNorm(group_count(c), c), nn.ReLU()]
-    return Residual(nn.Sequential(*first, _conv(c, c, 3), _zero_group_norm(c)))
-
-
-BLUEPRINTS: dict[str, Callable[[int], nn.Module]] = {
-    "norm": NormSeed,
-    "attention": AttentionSeed,
-    "depthwise": _depthwise,
-    "conv_small": _conv_small,
-    "bottleneck": _bottleneck,
-    "conv_light": _conv_light,
-    "conv_heavy": _conv_heavy,
-}
-"""name -> factory(channels); in the action head's order (``spaces.BLUEPRINT_NAMES``, checked by a test)."""
-
-
 class BlendGate(nn.Module):
     """A per-sample gate in (0, 1) from pooled features, starting at 0.5 (last layer zero-initialised)."""
 
@@ -131,7 +111,9 @@ class BlendGate(nn.Module):
 
 def build_seed(blueprint: int, channels: int) -> nn.Module:
     """A fresh seed module of blueprint index ``blueprint`` for a slot with ``channels`` channels."""
-    return BLUEPRINTS[BLUEPRINT_NAMES[blueprint]](channels)
+    if not 0 <= blueprint < len(BLUEPRINTS):
+        raise ValueError(f"blueprint={blueprint!r}; expected an index in [0, {len(BLUEPRINTS)})")
+    return BLUEPRINTS[blueprint].build(channels)
 
 
 @functools.cache

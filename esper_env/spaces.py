@@ -2,12 +2,15 @@
 
 This module is the only part of ``esper_env`` an agent needs besides the Gymnasium API: head names and sizes
 (:func:`head_sizes`), :data:`HEAD_RELEVANCE` (used by masks, the agent's loss, entropy and KL) and
-:func:`observation_layout`. Pure Python, no torch.
+:func:`observation_layout`. The blueprint head and the observation's blueprint one-hot follow the catalogue in
+:mod:`esper_env.blueprints`. Pure Python, no torch.
 """
 
 from __future__ import annotations
 
 import functools
+import re
+import string
 from collections.abc import Mapping
 from enum import IntEnum
 from types import MappingProxyType
@@ -16,6 +19,8 @@ from typing import NamedTuple
 import gymnasium as gym
 import numpy as np
 
+from esper_env.blueprints import BLUEPRINTS
+from esper_env.config import EnvConfig
 from esper_env.lifecycle import BLEND_CURVES, TEMPOS, Stage
 
 
@@ -38,8 +43,8 @@ class Head(IntEnum):
 
 
 HEAD_NAMES = tuple(h.name.lower() for h in Head)
-BLUEPRINT_NAMES = ("norm", "attention", "depthwise", "conv_small", "bottleneck", "conv_light", "conv_heavy")
-"""The seed catalogue in action-head order; ``seeds.BLUEPRINTS`` is keyed by these names in this order."""
+BLUEPRINT_NAMES = tuple(blueprint.name for blueprint in BLUEPRINTS)
+"""The seed catalogue's names in action-head order (``blueprints.BLUEPRINTS``)."""
 
 H = Head
 HEAD_RELEVANCE: Mapping[Op, frozenset[Head]] = MappingProxyType({
@@ -97,7 +102,7 @@ GLOBAL_FEATURES = (
     Feature("last_action_valid", 1, "1 if the last action was valid, 0 if it was executed as WAIT"),
 )
 SLOT_FEATURES = (
-    Feature("stage", len(Stage), "one-hot lifecycle stage"),
+    Feature("stage", len(Stage), "one-hot stage: " + ", ".join(stage.name for stage in Stage)),
     Feature("alpha", 1, "blending amplitude used in the coming epoch"),
     Feature("contribution", 1, "clip(counterfactual contribution in pp / 10, -1, 1); 0 if never measured"),
     Feature("contribution_freshness", 1, "0.8 ** epochs since measured; -1 if never measured"),
@@ -139,3 +144,51 @@ def observation_space(num_slots: int) -> gym.spaces.Box:
     """Features are pre-scaled into [-1, 1]; the box leaves room for rounding."""
     size = observation_size(num_slots)
     return gym.spaces.Box(low=-1.0, high=1.0, shape=(size,), dtype=np.float32)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The env docstring's parts that follow the catalogue and the layout
+# ----------------------------------------------------------------------------------------------------------
+def _span(start: int, size: int) -> str:
+    return f"+{start}" if size == 1 else f"+{start}-{start + size - 1}"
+
+
+def _doc_blocks() -> dict[str, str]:
+    """Multi-line parts: the blueprint list and the per-slot observation rows."""
+    blueprint_list = [f"* {i} ``{b.name}``: {b.doc}" for i, b in enumerate(BLUEPRINTS)]
+    slot_rows, offset = [], 0
+    for feature in SLOT_FEATURES:
+        slot_rows.append(f"| {_span(offset, feature.size)} | {feature.name} | {feature.description} |")
+        offset += feature.size
+    return {"blueprint_list": "\n".join(blueprint_list), "slot_rows": "\n".join(slot_rows)}
+
+
+def _doc_values() -> dict[str, str]:
+    """Inline parts: counts, sizes and the blueprint head's values."""
+    default_slots = EnvConfig().num_slots
+    return {
+        "num_blueprints": str(len(BLUEPRINTS)),
+        "blueprint_values": ", ".join(f"{i} {b.name}" for i, b in enumerate(BLUEPRINTS)),
+        "global_size": str(sum(f.size for f in GLOBAL_FEATURES)),
+        "slot_size": str(sum(f.size for f in SLOT_FEATURES)),
+        "default_slots": str(default_slots),
+        "default_size": str(observation_size(default_slots)),
+    }
+
+
+def fill_env_doc(template: str | None) -> str | None:
+    """``template`` with ``${name}`` fields filled in from the blueprint catalogue and the observation layout,
+    so that the env's docstring cannot fall behind them. A line holding only ``${blueprint_list}`` or
+    ``${slot_rows}`` becomes lines indented like it; other fields are inline values (see
+    :func:`_doc_values`). An unknown field raises ``KeyError``. None (docstrings stripped by ``-OO``) stays None.
+    """
+    if template is None:
+        return None
+    blocks = _doc_blocks()
+
+    def block(match: re.Match[str]) -> str:
+        indent, name = match.groups()
+        return "\n".join(indent + line for line in blocks[name].splitlines())
+
+    pattern = r"^([ \t]*)\$\{(" + "|".join(blocks) + r")\}[ \t]*$"
+    return string.Template(re.sub(pattern, block, template, flags=re.MULTILINE)).substitute(_doc_values())
