@@ -8,9 +8,10 @@ of live and fossilized seeds, P_host the host's parameters and Phi the summed st
 
 so an episode's return telescopes to ``(A_T - A_0) - param_penalty * P_T / P_host`` plus the shaping sum (which
 does not change the optimal policy when the agent's gamma equals ``pbrs_gamma``: Phi is taken as 0 after the
-last step, so the discounted shaping sums to -Phi_0 = 0) minus the op costs. A_0 is chance accuracy (0.1): the
-untrained host is not measured at reset. With a ``param_budget`` B, the parameter cost ``param_penalty * P / P_host``
-becomes ``(param_penalty * P + over_budget_penalty * max(0, P - B)) / P_host`` in every mode; it still telescopes.
+last step, so the discounted shaping sums to -Phi_0 = 0) minus the op costs. A_0 is the dataset's chance accuracy
+(``DatasetSpec.chance_accuracy``, 0.1 on CIFAR-10), the first step's ``previous_accuracy``: the untrained host is
+not measured at reset. With a ``param_budget`` B, the parameter cost ``param_penalty * P / P_host`` becomes
+``(param_penalty * P + over_budget_penalty * max(0, P - B)) / P_host`` in every mode; it still telescopes.
 
 Mode ``"contribution"`` replaces the accuracy delta by the counterfactual contributions of the seeds measured
 this step (sum, in fractions) and, on the step a seed is pruned, minus its last measured contribution (pruning
@@ -25,8 +26,6 @@ import math
 from typing import NamedTuple
 
 from esper_env.config import EnvConfig
-
-CHANCE_ACCURACY = 0.1
 
 
 class RewardInputs(NamedTuple):

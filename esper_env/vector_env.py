@@ -37,7 +37,7 @@ from esper_env.info import StepRecord, build_step_info, reset_info
 from esper_env.lifecycle import BLEND_CURVES, ForwardMode, forward_mode
 from esper_env.observation import observe
 from esper_env.render import RENDER_METADATA, Renderer, split_vector_info
-from esper_env.rewards import CHANCE_ACCURACY, RewardInputs, potential, step_reward
+from esper_env.rewards import RewardInputs, potential, step_reward
 from esper_env.seeds import seed_param_count
 from esper_env.training import slot_controls
 
@@ -206,7 +206,7 @@ class EsperVectorEnv(VectorEnv):
     def _begin_step(self, i: int, action: np.ndarray) -> StepRecord:
         ep = self._episodes[i]
         valid = masks.is_valid(action, self._op_slot[i], self._blueprint_mask[i], self._blend_mask[i])
-        previous = (ep.measurement.val_accuracy if ep.measurement else CHANCE_ACCURACY,
+        previous = (ep.measurement.val_accuracy if ep.measurement else self.dataset_spec.chance_accuracy,
                     self._seed_params(i), potential(ep.stages, self.config))
         changes, pruned = apply_action(ep, action, valid)
         self._apply_changes(i, changes)
@@ -245,7 +245,7 @@ class EsperVectorEnv(VectorEnv):
         previous_accuracy, previous_params, previous_potential = record.previous
         m = ep.measurement
         return RewardInputs(
-            accuracy=m.val_accuracy if m else CHANCE_ACCURACY, previous_accuracy=previous_accuracy,
+            accuracy=m.val_accuracy if m else self.dataset_spec.chance_accuracy, previous_accuracy=previous_accuracy,
             seed_params=self._seed_params(i), previous_seed_params=previous_params,
             host_params=self.host_params, potential=potential(ep.stages, self.config),
             previous_potential=previous_potential,
