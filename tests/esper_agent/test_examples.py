@@ -1,4 +1,4 @@
-"""Smoke tests of examples/train_ppo.py and benchmarks/agent_vs_random.py with tiny budgets."""
+"""Smoke tests of examples/train_ppo.py and benchmarks/studies/agent_vs_random.py with tiny budgets."""
 
 from __future__ import annotations
 
@@ -13,13 +13,16 @@ import pytest
 import toy_env
 from agent_fixtures import one_torch_thread  # noqa: F401  (autouse: one torch thread per test)
 
+from benchmarks.common import json_safe
+
 ROOT = Path(__file__).resolve().parents[2]
 HAS_ESPER_VECTOR_ENV = importlib.util.find_spec("esper_env.vector_env") is not None
 needs_esper = pytest.mark.skipif(not HAS_ESPER_VECTOR_ENV, reason="esper_env.vector_env is not there yet")
 
 
 def load_benchmark() -> object:
-    spec = importlib.util.spec_from_file_location("agent_vs_random", ROOT / "benchmarks" / "agent_vs_random.py")
+    spec = importlib.util.spec_from_file_location("agent_vs_random",
+                                                  ROOT / "benchmarks" / "studies" / "agent_vs_random.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -59,7 +62,7 @@ def test_benchmark_keeps_each_seed_and_a_rerun_reuses_them(tmp_path: Path, capsy
     capsys.readouterr()
     second = benchmark.main(args[:8] + ["3"] + args[8:])  # one more seed: three reused, one trained
     assert "seeds [0, 1, 2] reused" in capsys.readouterr().out
-    assert json.dumps(second["per_seed"][:3]) == json.dumps(benchmark.json_safe(first["per_seed"]))
+    assert json.dumps(second["per_seed"][:3]) == json.dumps(json_safe(first["per_seed"]))
     assert len(list(tmp_path.glob("agent_vs_random_slices/*/seed*.json"))) == 4
 
 
@@ -68,8 +71,8 @@ def test_benchmark_trains_seeds_in_parallel_processes(tmp_path: Path) -> None:
     kwargs = {"max_epochs": 2, "device": "cpu", "synthetic_train_size": 128, "synthetic_val_size": 64,
               "batch_size": 64}
     env = os.environ | {"OMP_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, "-m", "benchmarks.agent_vs_random", "--updates", "1", "--seeds", "0",
-                             "1", "2", "--num-envs", "2", "--episodes", "2", "--device", "cpu", "--jobs", "2",
+    result = subprocess.run([sys.executable, "-m", "benchmarks.studies.agent_vs_random", "--updates", "1", "--seeds",
+                             "0", "1", "2", "--num-envs", "2", "--episodes", "2", "--device", "cpu", "--jobs", "2",
                              "--threads", "1", "--env-kwargs", json.dumps(kwargs), "--out", str(tmp_path)],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stderr
