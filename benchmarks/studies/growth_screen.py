@@ -20,9 +20,9 @@ Reported per arm: mean episode return and final validation accuracy, and the pai
 and to the best growth arm (mean over episodes with a Student-t 95% CI). JSON goes under ``--out``, one file per
 run, named with the device.
 
-    python -m benchmarks.growth_screen --configs d2w16 --episodes 8 --arms static random heuristic \\
+    python -m benchmarks.studies.growth_screen --configs d2w16 --episodes 8 --arms static random heuristic \\
         grow_conv_heavy grow_conv_light grow_conv_small grow_depthwise grow_bottleneck      # ~3 min, 1 CPU thread
-    python -m benchmarks.growth_screen --summarize benchmarks/results/growth_screen      # rebuild summary.md
+    python -m benchmarks.studies.growth_screen --summarize benchmarks/results/growth_screen      # rebuild summary.md
 """
 
 from __future__ import annotations
@@ -326,7 +326,8 @@ def _file_tag(args: argparse.Namespace) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.growth_screen", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.studies.growth_screen",
+                                description=__doc__.split("\n\n")[0])
     p.add_argument("--env", default=ENV_ID, help="vector env id the configs apply to")
     p.add_argument("--configs", nargs="+", default=["default"], help="names in CONFIGS or NAME=JSON env kwargs")
     p.add_argument("--arms", nargs="+", default=list(DEFAULT_ARMS),
