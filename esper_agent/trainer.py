@@ -1,8 +1,21 @@
-"""The training loop: collect a rollout, scale rewards, GAE, PPO update, metrics. No file I/O here.
+"""The training loop, in CleanRL's order: collect a rollout, compute advantages, update the policy, log. No file I/O.
+
+One :meth:`Trainer.update` is
+
+1. **collect**: reset the envs with a seed derived from ``(seed, update)`` and play ``rollout_steps`` steps
+   (:mod:`esper_agent.collect`);
+2. **advantages**: scale the rewards (:mod:`esper_agent.normalize`) and compute GAE (:mod:`esper_agent.buffer`);
+3. **update**: set the learning rate, then the PPO update (:mod:`esper_agent.ppo`);
+4. **log**: the update's metrics (:mod:`esper_agent.statistics`, :mod:`esper_agent.telemetry`) and the anomaly
+   checks (:mod:`esper_agent.anomalies`).
+
+Three options extend it at marked points, each one class of :mod:`esper_agent.extensions`: imitation (who acts in
+step 1, lambda in step 2, and the update in step 3), the reference KL (a term in PPO's loss) and best-window
+selection (a snapshot before step 1, a score after it). With them off the loop is plain PPO.
 
 :class:`Trainer` owns everything that must survive an interruption (network, optimizer, normalisers, RNG
-states, counters) and exposes it as :meth:`Trainer.state_dict` for checkpoints; with the env reseeded from
-``(seed, update)`` at every rollout, loading that state continues a run exactly (on CPU).
+states, counters, the extensions' state) and exposes it as :meth:`Trainer.state_dict` for checkpoints; with the
+env reseeded from ``(seed, update)`` at every rollout, loading that state continues a run exactly (on CPU).
 
 Under torchrun (``ranks``, see ``esper_agent.distributed``) every rank runs this same loop on its own sub-envs:
 rank ``r`` resets its envs as sub-envs ``r * num_envs ...`` of one big vector env would be, samples actions from
@@ -12,8 +25,6 @@ holds the same network, optimizer and normalisers; the metrics are those of all 
 
 from __future__ import annotations
 
-import copy
-import math
 import time
 import warnings
 from collections.abc import Iterator
@@ -24,38 +35,41 @@ import torch
 
 from esper_agent.anomalies import detect_anomalies
 from esper_agent.buffer import Advantages, Rollout, RolloutStorage, compute_gae
-from esper_agent.collect import Collector, merge_rollout_stats, rank_reset_seed
+from esper_agent.collect import Collector, RolloutStats, merge_rollout_stats, rank_reset_seed
 from esper_agent.config import AgentConfig
 from esper_agent.contracts import check_gamma_contract, check_imitation_possible, episode_length
 from esper_agent.distributed import SINGLE, SingleProcess, sample_seed, warn_main
 from esper_agent.envs import VectorEnvDriver
+from esper_agent.extensions import BestWindow, Imitation, ReferenceKL
 from esper_agent.heuristic import HeuristicActor
-from esper_agent.imitate import IMITATION_STATS, imitation_update
 from esper_agent.normalize import ObservationNormalizer, RewardScaler
 from esper_agent.policy import RecurrentPolicy
-from esper_agent.ppo import NonFiniteGuard, Reference, TrainBatch, empty_ppo_stats, ppo_update
-from esper_agent.selection import BestPolicy, kept_policy, snapshot
+from esper_agent.ppo import NonFiniteGuard, TrainBatch, ppo_update
+from esper_agent.selection import BestPolicy
 from esper_agent.statistics import rollout_statistics
 from esper_agent.telemetry import rollout_metrics
 
 
+def check_shapes(envs: gym.vector.VectorEnv, driver: VectorEnvDriver, config: AgentConfig) -> None:
+    """Refuse minibatches that cannot hold whole env rows; warn when a rollout cannot hold a whole episode."""
+    if config.num_minibatches > driver.num_envs:
+        raise ValueError(f"num_minibatches={config.num_minibatches} exceeds num_envs={driver.num_envs}: "
+                         "a minibatch holds whole env sequences")
+    length = episode_length(envs)
+    if length is not None and config.rollout_steps < length:
+        warnings.warn(f"rollout_steps={config.rollout_steps} < the env's episode length {length}: every rollout "
+                      "restarts the envs, so the agent never sees the end of an episode", stacklevel=3)
+
+
 class Trainer:
-    """Factored recurrent PPO on a Gymnasium vector env with Esper's action space and masks; the first
-    ``config.imitation_updates`` updates imitate the heuristic instead (:mod:`esper_agent.imitate`)."""
+    """Factored recurrent PPO on a Gymnasium vector env with Esper's action space and masks, with the optional
+    extensions of :mod:`esper_agent.extensions`."""
 
     def __init__(self, envs: gym.vector.VectorEnv, config: AgentConfig, *, device: str | torch.device = "cpu",
                  seed: int = 0, total_updates: int = 100, ranks: SingleProcess = SINGLE) -> None:
         check_gamma_contract(envs, config.gamma)
         self.driver = VectorEnvDriver(envs)
-        if config.num_minibatches > self.driver.num_envs:
-            raise ValueError(f"num_minibatches={config.num_minibatches} exceeds num_envs={self.driver.num_envs}: "
-                             "a minibatch holds whole env sequences")
-        length = episode_length(envs)
-        if length is not None and config.rollout_steps < length:
-            warnings.warn(f"rollout_steps={config.rollout_steps} < the env's episode length {length}: every rollout "
-                          "restarts the envs, so the agent never sees the end of an episode", stacklevel=2)
-        if config.imitation_updates:
-            check_imitation_possible(config.imitation_updates, self.driver, ranks)
+        check_shapes(envs, self.driver, config)
         self.envs, self.config, self.seed, self.total_updates = envs, config, seed, total_updates
         self.device, self.ranks = torch.device(device), ranks
         with torch.random.fork_rng(devices=[]):  # seeded init without touching the caller's global RNG
@@ -74,9 +88,21 @@ class Trainer:
         self.sample_generator = torch.Generator(self.device).manual_seed(sample_seed(seed, ranks.rank))
         self.minibatch_generator = torch.Generator("cpu").manual_seed(seed + 1)
         self.guard = NonFiniteGuard(config.max_nonfinite_steps)
-        self.selection = BestPolicy(config.select_best_window) if config.select_best_window else None
-        self.reference: RecurrentPolicy | None = None  # with reference_kl_coef: the policy PPO started from
+        self.imitation = Imitation(config, self.driver, ranks)
+        self.reference_kl = ReferenceKL(config)
+        self.best_window = BestWindow(config.select_best_window)
         self.update_index, self.env_steps = 0, 0
+
+    @property
+    def selection(self) -> BestPolicy | None:
+        """The best-window selection (None when ``select_best_window`` is 0)."""
+        return self.best_window.selection
+
+    @property
+    def reference(self) -> RecurrentPolicy | None:
+        """The frozen policy PPO started from (None before the first PPO update or when ``reference_kl_coef``
+        is 0)."""
+        return self.reference_kl.policy
 
     def learning_rate(self) -> float:
         if not self.config.anneal_lr:
@@ -90,83 +116,69 @@ class Trainer:
         while self.update_index < self.total_updates:
             yield self.update()
 
-    def imitating(self) -> bool:
-        """Whether the next update imitates the heuristic (the first ``imitation_updates``) rather than PPO."""
-        return self.update_index < self.config.imitation_updates
-
     def update(self) -> dict[str, Any]:
-        start = time.perf_counter()
-        imitating = self.imitating()
-        seed = rank_reset_seed(self.seed, self.update_index, self.ranks.rank, self.driver.num_envs)
-        teacher = HeuristicActor(self.driver.num_slots) if imitating else None
-        collector = snapshot(self.policy, self.obs_norm) if self.selection is not None and not imitating else None
-        rollout, local_stats = self.collector.collect(seed, self.sample_generator, teacher)
+        """One iteration: collect, advantages, update, log; returns the update's metrics."""
+        imitating = self.imitation.active(self.update_index)
+        candidate = self.best_window.candidate(self.policy, self.obs_norm, imitating)  # extension: selection
+
+        # 1. collect
+        teacher = self.imitation.teacher(self.update_index)  # extension: imitation (the heuristic acts)
+        rollout, stats, rollout_s = self._collect(teacher)
         collected = time.perf_counter()
-        # Every rank's episodes and counts; the rollout took as long as its slowest rank.
-        parts = self.ranks.gather_objects((local_stats, collected - start))
-        stats, rollout_s = merge_rollout_stats([p[0] for p in parts]), max(p[1] for p in parts)
-        episode_stats = rollout_metrics(stats, rollout_s)
-        if collector is not None:
-            self.selection.observe(episode_stats["episode/return_mean"], self.update_index + 1, collector)
-        # Imitation fits the critic to lambda-1 returns (see esper_agent.imitate); the value statistics below then
-        # describe the target the critic is fitted to in either kind of update.
-        lam = 1.0 if imitating else self.config.gae_lambda
-        advantages = compute_gae(rollout, self.reward_scaler.scale_rewards(rollout.rewards), self.config.gamma, lam)
+        episodes = rollout_metrics(stats, rollout_s)
+        self.best_window.observe(episodes["episode/return_mean"], self.update_index + 1, candidate)  # extension
+
+        # 2. advantages
+        rewards = self.reward_scaler.scale_rewards(rollout.rewards)
+        lam = self.imitation.gae_lambda(self.update_index)  # extension: imitation fits lambda-1 returns
+        advantages = compute_gae(rollout, rewards, self.config.gamma, lam)
+
+        # 3. update
         lr = self.learning_rate()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        update_stats = self._learn(rollout, advantages, imitating)
+        if imitating:  # extension: imitation replaces PPO's update
+            learned = self.imitation.learn(self.policy, self.optimizer, rollout, advantages.returns,
+                                           self.minibatch_generator, self.guard)
+        else:
+            learned = self._ppo(rollout, advantages)
         self.update_index += 1
         self.env_steps += stats.transitions
+
+        # 4. log
         metrics: dict[str, Any] = {"update": self.update_index, "env_steps": self.env_steps, "ppo/lr": lr,
                                    "imitation/active": float(imitating),
                                    "normalizer/reward_scale": self.reward_scaler.scale}
-        metrics |= update_stats | rollout_statistics(rollout, advantages, self.ranks) | episode_stats
-        if self.selection is not None:
-            metrics |= self.selection.metrics()
+        metrics |= learned | rollout_statistics(rollout, advantages, self.ranks) | episodes
+        metrics |= self.best_window.metrics()  # extension: selection (no keys when off)
         metrics["time/update_s"] = time.perf_counter() - collected
         metrics["anomalies"] = detect_anomalies(metrics, self.config)
         return metrics
+
+    def _collect(self, teacher: HeuristicActor | None) -> tuple[Rollout, RolloutStats, float]:
+        """This update's rollout (the teacher acts if one is given), every rank's statistics of it, and the
+        seconds it took the slowest rank."""
+        start = time.perf_counter()
+        seed = rank_reset_seed(self.seed, self.update_index, self.ranks.rank, self.driver.num_envs)
+        rollout, local_stats = self.collector.collect(seed, self.sample_generator, teacher)
+        parts = self.ranks.gather_objects((local_stats, time.perf_counter() - start))
+        return rollout, merge_rollout_stats([p[0] for p in parts]), max(p[1] for p in parts)
+
+    def _ppo(self, rollout: Rollout, advantages: Advantages) -> dict[str, float]:
+        """PPO's update, with the reference KL term when that extension is on; the imitation statistics are NaN."""
+        self.imitation.hand_over(self.optimizer, self.update_index)  # extension: fresh Adam moments after imitation
+        reference = self.reference_kl.for_update(self.policy, self.update_index)  # extension: reference KL
+        batch = TrainBatch(rollout, advantages.advantages, advantages.returns)
+        stats = ppo_update(self.policy, self.optimizer, batch, self.config, self.minibatch_generator, self.guard,
+                           self.ranks, reference)
+        return self.imitation.absent_stats() | {"ppo/reference_kl_weight": self.reference_kl.weight(
+            self.update_index)} | stats
 
     def selected_policy(self) -> tuple[RecurrentPolicy, ObservationNormalizer]:
         """The policy training hands out: with ``select_best_window``, copies of the one kept by
         :mod:`esper_agent.selection`; else, or if no window has finished yet, the trainer's own policy and
         normaliser (not copies)."""
-        if self.selection is None or self.selection.best is None:
-            return self.policy, self.obs_norm
-        return kept_policy(self.selection.best, self.policy, self.obs_norm, self.device)
-
-    def _learn(self, rollout: Rollout, advantages: Advantages, imitating: bool) -> dict[str, float]:
-        """The learning half of an update: imitation of the rollout's (heuristic's) actions, or PPO. Both report
-        the same keys; each leaves the other's statistics NaN."""
-        if imitating:
-            return empty_ppo_stats(list(self.policy.parameter_groups())) | {"ppo/reference_kl_weight": math.nan} | (
-                imitation_update(
-                    self.policy, self.optimizer, rollout, advantages.returns, self.config, self.minibatch_generator,
-                    self.guard))
-        if self.config.imitation_updates > 0 and self.update_index == self.config.imitation_updates:
-            self.optimizer.state.clear()  # Adam's moments were those of the imitation loss
-        if self.config.reference_kl_coef > 0 and self.reference is None:
-            self.reference = self._frozen_copy()  # the first PPO update: the policy PPO starts from
-        weight = self.reference_weight()
-        reference = Reference(self.reference, weight) if self.reference is not None and weight > 0 else None
-        batch = TrainBatch(rollout, advantages.advantages, advantages.returns)
-        return dict.fromkeys(IMITATION_STATS, math.nan) | {"ppo/reference_kl_weight": weight} | ppo_update(
-            self.policy, self.optimizer, batch, self.config, self.minibatch_generator, self.guard, self.ranks,
-            reference)
-
-    def reference_weight(self) -> float:
-        """The weight of the KL term to the reference in this PPO update: ``reference_kl_coef``, falling linearly
-        to 0 over ``reference_kl_updates`` PPO updates when that is set."""
-        cfg = self.config
-        if cfg.reference_kl_updates == 0:
-            return cfg.reference_kl_coef
-        done = max(0, self.update_index - cfg.imitation_updates)  # PPO updates before this one
-        return cfg.reference_kl_coef * max(0.0, 1.0 - done / cfg.reference_kl_updates)
-
-    def _frozen_copy(self) -> RecurrentPolicy:
-        """A copy of the policy's network, without gradients."""
-        return copy.deepcopy(self.policy).requires_grad_(False).eval()
+        return self.best_window.handed_out(self.policy, self.obs_norm, self.device)
 
     def _shape(self) -> dict[str, int]:
         return {"obs_dim": self.driver.obs_dim, "num_slots": self.driver.num_slots,
@@ -187,8 +199,8 @@ class Trainer:
             "counters": {"update": self.update_index, "env_steps": self.env_steps, "seed": self.seed,
                          "total_updates": self.total_updates, "nonfinite_streak": self.guard.streak,
                          "world_size": self.ranks.world_size},
-            "selection": None if self.selection is None else self.selection.state_dict(),
-            "reference": None if self.reference is None else self.reference.state_dict(),
+            "selection": self.best_window.state_dict(),
+            "reference": self.reference_kl.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -207,11 +219,8 @@ class Trainer:
         self.update_index, self.env_steps = int(counters["update"]), int(counters["env_steps"])
         self.seed, self.guard.streak = int(counters["seed"]), int(counters["nonfinite_streak"])
         self._load_sample_state(state["rng"], int(counters.get("world_size", 1)))
-        if self.selection is not None and state.get("selection") is not None:
-            self.selection.load_state_dict(state["selection"])
-        if state.get("reference") is not None:
-            self.reference = self._frozen_copy()
-            self.reference.load_state_dict(state["reference"])
+        self.best_window.load_state_dict(state.get("selection"))
+        self.reference_kl.load_state_dict(state.get("reference"), self.policy)
 
     def _load_sample_state(self, rng: dict[str, Any], saved_world_size: int) -> None:
         """Each rank continues its own action-sampling stream; with another number of ranks than the checkpoint's,

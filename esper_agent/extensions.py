@@ -1,0 +1,150 @@
+"""The trainer's three optional extensions to plain PPO, each off by default and each one class here.
+
+- :class:`Imitation` (``imitation_updates``): the first updates let the heuristic act and fit the policy to its
+  actions (:mod:`esper_agent.imitate`) in place of PPO's update; PPO then starts from fresh Adam moments.
+- :class:`ReferenceKL` (``reference_kl_coef``): PPO's loss gains a KL term to a frozen copy of the policy PPO
+  started from (:mod:`esper_agent.ppo`), its weight decayed over ``reference_kl_updates``.
+- :class:`BestWindow` (``select_best_window``): the policy that collected the best window of rollouts is kept and
+  handed out as the trained policy (:mod:`esper_agent.selection`).
+
+:class:`esper_agent.trainer.Trainer` calls them at named points of its loop (collect -> advantages -> update ->
+log). With an extension off its calls change nothing, so with all three off the loop is plain PPO. Each holds the
+state it adds to a checkpoint and reports the same metric keys in every update (NaN where it has nothing to say),
+so that ``metrics.csv`` keeps one header.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any
+
+import torch
+
+from esper_agent.buffer import Rollout
+from esper_agent.config import AgentConfig
+from esper_agent.contracts import check_imitation_possible
+from esper_agent.distributed import SingleProcess
+from esper_agent.envs import VectorEnvDriver
+from esper_agent.heuristic import HeuristicActor
+from esper_agent.imitate import IMITATION_STATS, imitation_update
+from esper_agent.normalize import ObservationNormalizer
+from esper_agent.policy import RecurrentPolicy
+from esper_agent.ppo import NonFiniteGuard, Reference, empty_ppo_stats
+from esper_agent.selection import BestPolicy, Snapshot, kept_policy, snapshot
+
+
+class Imitation:
+    """The first ``config.imitation_updates`` updates imitate the heuristic instead of running PPO."""
+
+    def __init__(self, config: AgentConfig, driver: VectorEnvDriver, ranks: SingleProcess) -> None:
+        if config.imitation_updates:
+            check_imitation_possible(config.imitation_updates, driver, ranks)
+        self.config, self.updates, self.num_slots = config, config.imitation_updates, driver.num_slots
+
+    def active(self, update_index: int) -> bool:
+        """Whether update ``update_index`` (counted from 0) imitates rather than runs PPO."""
+        return update_index < self.updates
+
+    def teacher(self, update_index: int) -> HeuristicActor | None:
+        """Who acts in this update's rollout: the heuristic while imitating, else None (the policy)."""
+        return HeuristicActor(self.num_slots) if self.active(update_index) else None
+
+    def gae_lambda(self, update_index: int) -> float:
+        """While imitating, the critic is fitted to lambda-1 returns of the demonstration (see
+        :mod:`esper_agent.imitate`), so the logged value and advantage statistics describe that target."""
+        return 1.0 if self.active(update_index) else self.config.gae_lambda
+
+    def learn(self, policy: RecurrentPolicy, optimizer: torch.optim.Optimizer, rollout: Rollout,
+              returns: torch.Tensor, generator: torch.Generator, guard: NonFiniteGuard) -> dict[str, float]:
+        """One imitation update; PPO's statistics (and the reference KL weight) are NaN in it."""
+        return empty_ppo_stats(list(policy.parameter_groups())) | {"ppo/reference_kl_weight": math.nan} | (
+            imitation_update(policy, optimizer, rollout, returns, self.config, generator, guard))
+
+    def hand_over(self, optimizer: torch.optim.Optimizer, update_index: int) -> None:
+        """Before the first PPO update after imitation: clear Adam's moments, which were those of another loss."""
+        if self.updates > 0 and update_index == self.updates:
+            optimizer.state.clear()
+
+    @staticmethod
+    def absent_stats() -> dict[str, float]:
+        """What a PPO update reports for the imitation statistics."""
+        return dict.fromkeys(IMITATION_STATS, math.nan)
+
+
+def frozen_copy(policy: RecurrentPolicy) -> RecurrentPolicy:
+    """A copy of the policy's network, without gradients."""
+    return copy.deepcopy(policy).requires_grad_(False).eval()
+
+
+class ReferenceKL:
+    """The frozen policy PPO started from, and the weight of PPO's KL term to it in each update."""
+
+    def __init__(self, config: AgentConfig) -> None:
+        self.coef, self.decay_updates = config.reference_kl_coef, config.reference_kl_updates
+        self.first_ppo_update = config.imitation_updates
+        self.policy: RecurrentPolicy | None = None  # made at the first PPO update (never when the coef is 0)
+
+    def weight(self, update_index: int) -> float:
+        """The term's weight in PPO update ``update_index``: ``reference_kl_coef``, falling linearly to 0 over
+        ``reference_kl_updates`` PPO updates when that is set."""
+        if self.decay_updates == 0:
+            return self.coef
+        done = max(0, update_index - self.first_ppo_update)  # PPO updates before this one
+        return self.coef * max(0.0, 1.0 - done / self.decay_updates)
+
+    def for_update(self, policy: RecurrentPolicy, update_index: int) -> Reference | None:
+        """The reference and its weight for this PPO update, or None when the term is off or weighs 0; the first
+        call with the term on freezes ``policy`` as the reference."""
+        if self.coef > 0 and self.policy is None:
+            self.policy = frozen_copy(policy)
+        weight = self.weight(update_index)
+        return Reference(self.policy, weight) if self.policy is not None and weight > 0 else None
+
+    def state_dict(self) -> dict[str, Any] | None:
+        return None if self.policy is None else self.policy.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any] | None, like: RecurrentPolicy) -> None:
+        """Restore a saved reference (None: there was none yet) into a frozen copy of ``like``."""
+        if state is not None:
+            self.policy = frozen_copy(like)
+            self.policy.load_state_dict(state)
+
+
+class BestWindow:
+    """With ``select_best_window`` > 0, a :class:`~esper_agent.selection.BestPolicy` scoring every PPO rollout;
+    ``selection`` is None when the option is off."""
+
+    def __init__(self, window: int) -> None:
+        self.selection = BestPolicy(window) if window else None
+
+    def candidate(self, policy: RecurrentPolicy, obs_norm: ObservationNormalizer, imitating: bool
+                  ) -> Snapshot | None:
+        """Before a rollout: a copy of the policy about to collect it, if that rollout will be scored (imitation
+        rollouts are not: the heuristic acted in them)."""
+        return snapshot(policy, obs_norm) if self.selection is not None and not imitating else None
+
+    def observe(self, return_mean: float, update: int, candidate: Snapshot | None) -> None:
+        """After the rollout: score it by its mean episode return (``update`` counted from 1)."""
+        if self.selection is not None and candidate is not None:
+            self.selection.observe(return_mean, update, candidate)
+
+    def metrics(self) -> dict[str, float]:
+        return {} if self.selection is None else self.selection.metrics()
+
+    def handed_out(self, policy: RecurrentPolicy, obs_norm: ObservationNormalizer, device: torch.device
+                   ) -> tuple[RecurrentPolicy, ObservationNormalizer]:
+        """Copies of the kept policy and normaliser; without one (off, or no window finished yet) the given ones."""
+        if self.selection is None or self.selection.best is None:
+            return policy, obs_norm
+        return kept_policy(self.selection.best, policy, obs_norm, device)
+
+    def state_dict(self) -> dict[str, Any] | None:
+        return None if self.selection is None else self.selection.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        if self.selection is not None and state is not None:
+            self.selection.load_state_dict(state)
+
+
+__all__ = ["BestWindow", "Imitation", "ReferenceKL", "frozen_copy"]
