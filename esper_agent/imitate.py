@@ -24,8 +24,8 @@ whole env rows replayed from their initial LSTM state. Per minibatch:
 
 A minibatch step with a non-finite loss or gradient is skipped and counted by the same guard as PPO's
 (``max_nonfinite_steps`` in a row stop training) and reported as ``ppo/nonfinite_steps``, which the anomaly check
-reads. The optimizer's moments are cleared when PPO takes over (:class:`esper_agent.trainer.Trainer`): they are those of
-another loss. Imitation runs in one process; under torchrun the trainer refuses it.
+reads. The optimizer's moments are cleared when PPO takes over (:class:`esper_agent.extensions.Imitation`): they are
+those of another loss. Imitation runs in one process; under torchrun the trainer refuses it.
 """
 
 from __future__ import annotations
