@@ -13,7 +13,8 @@ the growth. Two schedules of the peak learning rate, both with one epoch of line
 The recipe's hyperparameters are the fast-recipe family's (batch 512, Nesterov SGD at peak 0.2, momentum 0.9,
 weight decay 5e-4, label smoothing 0.2, flip + 2-pixel translate): facts from the recipes, code our own.
 
-    python -m benchmarks.grow_cost --data-dir DIR --seeds 0 1 --out results.jsonl [--shard 0/4]
+    python -m benchmarks.grow_cost --data-dir DIR --set schedules --seeds 0 1 2 --out slice.jsonl [--shard 0/4]
+    python -m benchmarks.grow_cost --report benchmarks/results/grow_cost   # table.md + summary.json
 
 Each finished run appends one JSON line (arm, seed, test accuracy, params, training FLOPs, the validation
 accuracy after every epoch, seconds); ``--shard i/n`` runs every n-th (arm, seed) pair so several processes
@@ -24,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,9 +34,19 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from esper_agent.report import mean_ci95
 from esper_env.config import EnvConfig
 from esper_env.data import Dataset, load_dataset, normalize, random_crop_flip
-from esper_env.family import Architecture, FamilyNet, carry_momentum, deepen, forward_flops, param_count, widen
+from esper_env.family import (
+    Architecture,
+    FamilyNet,
+    boost_fresh,
+    carry_momentum,
+    deepen,
+    forward_flops,
+    param_count,
+    widen,
+)
 
 BATCH = 512  # images
 PEAK_LR = 0.2  # per step, batch 512
@@ -55,18 +68,43 @@ class Arm:
     final: Architecture
     grow_epoch: int | None  # None: trained static as ``final``
     schedule: str
+    decay_frac: float = 0.3  # wsd: fraction of the run spent decaying
+    boost: float = 1.0  # gradient multiplier of the entries new at growth (a per-entry lr factor)
+    noise: float = 0.01  # symmetry-breaking noise of split channels, relative to the weight's std
+
+    @property
+    def static_twin(self) -> str:
+        """The name of the arm that trains this arm's final architecture static, with the same schedule."""
+        label = next(k for k, a in ARCHITECTURES.items() if a == self.final)
+        return f"static-{label}-{self.schedule}" + ("" if self.decay_frac == 0.3 else f"-decay{self.decay_frac}")
 
 
-def arms(epochs: int) -> list[Arm]:
+ARCHITECTURES = {"seedling": SEEDLING, "medium": MEDIUM, "final": FINAL, "largest": LARGEST}
+
+
+def schedule_arms(epochs: int) -> list[Arm]:
     """Statics on both schedules, and seedling -> FINAL at 10%, 25% and 50% of the run on both."""
     out = []
     for schedule in ("linear", "wsd"):
-        for label, arch in (("seedling", SEEDLING), ("medium", MEDIUM), ("final", FINAL), ("largest", LARGEST)):
-            out.append(Arm(f"static-{label}-{schedule}", arch, arch, None, schedule))
+        out += [Arm(f"static-{label}-{schedule}", arch, arch, None, schedule) for label, arch in ARCHITECTURES.items()]
         for fraction in (0.1, 0.25, 0.5):
             at = round(fraction * epochs)
             out.append(Arm(f"grow{int(fraction * 100)}-final-{schedule}", SEEDLING, FINAL, at, schedule))
     return out
+
+
+def catchup_arms(epochs: int) -> list[Arm]:
+    """Under wsd: boosting the new entries' learning rate, more split noise, and a longer decay."""
+    at = {f: round(f * epochs) for f in (0.1, 0.25, 0.5)}
+    out = [Arm(f"grow{int(f * 100)}-final-wsd-boost2", SEEDLING, FINAL, e, "wsd", boost=2.0) for f, e in at.items()]
+    out.append(Arm("grow25-final-wsd-boost3", SEEDLING, FINAL, at[0.25], "wsd", boost=3.0))
+    out.append(Arm("grow25-final-wsd-noise0.1", SEEDLING, FINAL, at[0.25], "wsd", noise=0.1))
+    out.append(Arm("static-final-wsd-decay0.5", FINAL, FINAL, None, "wsd", decay_frac=0.5))
+    out.append(Arm("grow25-final-wsd-boost2-decay0.5", SEEDLING, FINAL, at[0.25], "wsd", decay_frac=0.5, boost=2.0))
+    return out
+
+
+ARM_SETS = {"schedules": schedule_arms, "catchup": catchup_arms}
 
 
 def learning_rate(step: int, total: int, warmup: int, schedule: str, decay_frac: float) -> float:
@@ -79,14 +117,18 @@ def learning_rate(step: int, total: int, warmup: int, schedule: str, decay_frac:
     return PEAK_LR * max(0.0, (total - step) / (total - decay_start))
 
 
-def grow_to(net: FamilyNet, final: Architecture, optimizer: torch.optim.Optimizer, generator: torch.Generator) -> None:
-    for stage, width in enumerate(final.widths):
+def grow_to(net: FamilyNet, arm: Arm, optimizer: torch.optim.Optimizer, generator: torch.Generator) -> None:
+    """Grow ``net`` to the arm's final architecture in one step, carrying momentum; boost the new entries."""
+    since = net.arch
+    for stage, width in enumerate(arm.final.widths):
         if width > net.arch.widths[stage]:
-            carry_momentum(optimizer, widen(net, stage, width, generator=generator))
-    for stage, blocks in enumerate(final.blocks):
+            carry_momentum(optimizer, widen(net, stage, width, arm.noise, generator))
+    for stage, blocks in enumerate(arm.final.blocks):
         while net.arch.blocks[stage] < blocks:
             carry_momentum(optimizer, deepen(net, stage))
     net.to(memory_format=torch.channels_last)
+    if arm.boost != 1.0:
+        boost_fresh(net, since, arm.boost)
 
 
 @torch.no_grad()
@@ -102,7 +144,7 @@ def accuracy(net: FamilyNet, images: torch.Tensor, labels: torch.Tensor, data: D
     return float(correct) / len(images)  # sync: once per epoch
 
 
-def train(arm: Arm, seed: int, data: Dataset, epochs: int, decay_frac: float) -> dict:
+def train(arm: Arm, seed: int, data: Dataset, epochs: int) -> dict:
     device = data.train_x.device
     torch.manual_seed(seed)
     gen = torch.Generator(device=device).manual_seed(seed)
@@ -115,12 +157,12 @@ def train(arm: Arm, seed: int, data: Dataset, epochs: int, decay_frac: float) ->
     started = time.perf_counter()
     for epoch in range(epochs):
         if arm.grow_epoch == epoch:
-            grow_to(net, arm.final, opt, cpu_gen)
+            grow_to(net, arm, opt, cpu_gen)
         order = torch.randperm(n, device=device, generator=gen)
         for i in range(per_epoch):
             step = epoch * per_epoch + i
             for group in opt.param_groups:
-                group["lr"] = learning_rate(step, total, per_epoch, arm.schedule, decay_frac)
+                group["lr"] = learning_rate(step, total, per_epoch, arm.schedule, arm.decay_frac)
             idx = order[i * BATCH : (i + 1) * BATCH]
             offsets = torch.randint(0, 2 * TRANSLATE + 1, (BATCH, 2), device=device, generator=gen)
             flips = torch.rand(BATCH, device=device, generator=gen) < 0.5
@@ -134,31 +176,78 @@ def train(arm: Arm, seed: int, data: Dataset, epochs: int, decay_frac: float) ->
         flops += 3 * forward_flops(net.arch, data.image_size) * per_epoch * BATCH
         val_curve.append(accuracy(net, data.val_x, data.val_y, data, tta=False))
     seconds = time.perf_counter() - started
-    return {**asdict(arm), "seed": seed, "epochs": epochs, "decay_frac": decay_frac,
+    return {**asdict(arm), "seed": seed, "epochs": epochs,
             "test_accuracy": accuracy(net, data.test_x, data.test_y, data, tta=True),
             "params": param_count(net.arch), "train_flops": flops, "val_curve": val_curve, "seconds": seconds,
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
 
 
+def summarize(rows: list[dict], epochs: int = 20) -> list[dict]:
+    """One row per arm: test accuracy (mean, 95% CI, SD over seeds) and the paired gap to its static twin."""
+    known = {arm.name: arm for make in ARM_SETS.values() for arm in make(epochs)}
+    by_arm: dict[str, dict[int, float]] = {}
+    for row in rows:
+        by_arm.setdefault(row["name"], {})[row["seed"]] = 100 * row["test_accuracy"]
+    facts = {row["name"]: row for row in rows}
+    out = []
+    for name, accs in sorted(by_arm.items()):
+        mean, ci = mean_ci95(list(accs.values()))
+        twin = by_arm.get(known[name].static_twin, {}) if known[name].grow_epoch is not None else {}
+        gaps = [accs[s] - twin[s] for s in accs if s in twin]
+        gap, gap_ci = mean_ci95(gaps)
+        sd = statistics.stdev(accs.values()) if len(accs) > 1 else math.nan
+        out.append({"arm": name, "seeds": sorted(accs), "test_accuracy": mean, "test_ci95": ci, "test_sd": sd,
+                    "params": facts[name]["params"], "train_pflops": facts[name]["train_flops"] / 1e15,
+                    "minus_static_twin": gap, "minus_static_twin_ci95": gap_ci,
+                    "device": facts[name]["device"]})
+    return out
+
+
+def table(summary: list[dict]) -> str:
+    lines = ["| arm | seeds | test % (95% CI) | SD | params | train PFLOPs | − static twin, paired (pp) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in summary:
+        gap, ci = r["minus_static_twin"], r["minus_static_twin_ci95"]
+        gap = "" if math.isnan(gap) else f"{gap:+.2f} ± {ci:.2f}"
+        lines.append(f"| {r['arm']} | {len(r['seeds'])} | {r['test_accuracy']:.2f} ± {r['test_ci95']:.2f} | "
+                     f"{r['test_sd']:.2f} | {r['params']:,} | {r['train_pflops']:.3f} | {gap} |")
+    return "\n".join(lines) + "\n"
+
+
+def report(folder: Path) -> None:
+    """Rebuild ``summary.json`` and ``table.md`` in ``folder`` from every ``*.jsonl`` slice in it."""
+    rows = [json.loads(line) for path in sorted(folder.glob("*.jsonl")) for line in path.read_text().splitlines()]
+    summary = summarize(rows)
+    (folder / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (folder / "table.md").write_text(table(summary))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", required=True, help="folder with the CIFAR-10 .npz shards")
+    parser.add_argument("--report", type=Path, help="rebuild summary.json and table.md in this folder and exit")
+    parser.add_argument("--data-dir", help="folder with the CIFAR-10 .npz shards")
     parser.add_argument("--dataset", default="cifar10", choices=("cifar10", "synthetic"))
     parser.add_argument("--epochs", type=int, default=20, help="epochs per run (count)")
-    parser.add_argument("--decay-frac", type=float, default=0.3, help="wsd: fraction of the run spent decaying")
+    parser.add_argument("--set", default="schedules", choices=sorted(ARM_SETS), help="which arms")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--arms", nargs="*", help="arm names to run (default: all)")
     parser.add_argument("--shard", default="0/1", help="i/n: run every n-th (arm, seed) pair, starting at i")
-    parser.add_argument("--out", type=Path, required=True, help="JSON-lines file to append results to")
+    parser.add_argument("--out", type=Path, help="JSON-lines file to append results to")
     args = parser.parse_args(argv)
+    if args.report:
+        report(args.report)
+        return
+    if args.out is None:
+        parser.error("--out is required to train")
     shard, shards = (int(v) for v in args.shard.split("/"))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.backends.cudnn.benchmark = True
     cfg = EnvConfig(dataset=args.dataset, data_dir=args.data_dir, download=False)
     data = load_dataset(cfg, device)
-    todo = [(arm, seed) for seed in args.seeds for arm in arms(args.epochs) if not args.arms or arm.name in args.arms]
+    chosen = [arm for arm in ARM_SETS[args.set](args.epochs) if not args.arms or arm.name in args.arms]
+    todo = [(arm, seed) for seed in args.seeds for arm in chosen]
     for arm, seed in todo[shard::shards]:
-        row = train(arm, seed, data, args.epochs, args.decay_frac)
+        row = train(arm, seed, data, args.epochs)
         with args.out.open("a") as f:
             f.write(json.dumps(row) + "\n")
         print(f"{arm.name} seed {seed}: test {row['test_accuracy']:.4f} in {row['seconds']:.0f} s", flush=True)

@@ -268,6 +268,49 @@ def _set_channel_counts(module: nn.Module, out_rows: bool, in_cols: bool, width:
         module.in_features = width
 
 
+def fresh_masks(net: FamilyNet, since: Architecture) -> list[tuple[nn.Parameter, torch.Tensor]]:
+    """For every parameter grown or added since the net was ``since``: 1.0 on its new entries, else 0.0.
+
+    An entry is new when it belongs to a channel past the stage's width in ``since`` (growth appends channels),
+    reads such a channel, or sits in a block past the stage's block count in ``since``. Masks broadcast
+    against their parameter.
+    """
+    masks: dict[int, tuple[nn.Parameter, torch.Tensor]] = {}
+    for stage, body in enumerate(net.stages):
+        old = since.widths[stage]
+        for module, out_rows, in_cols in _stage_tensors(net, stage):
+            for param in module.parameters(recurse=False):
+                mask = _new_channels(param, old, out_rows, in_cols)
+                if id(param) in masks:
+                    mask = torch.maximum(mask, masks[id(param)][1])
+                masks[id(param)] = (param, mask)
+        for block in body.blocks[since.blocks[stage]:]:
+            masks.update({id(p): (p, torch.ones((), device=p.device)) for p in block.parameters()})
+    return [(param, mask) for param, mask in masks.values() if bool(mask.any())]  # sync: once per growth
+
+
+def _new_channels(param: torch.Tensor, old: int, out_rows: bool, in_cols: bool) -> torch.Tensor:
+    none = torch.zeros((), device=param.device)
+    rows = (torch.arange(param.shape[0], device=param.device) >= old).float() if out_rows else none
+    cols = (torch.arange(param.shape[1], device=param.device) >= old).float() if in_cols else none
+    rows = rows.view(-1, *[1] * (param.dim() - 1)) if out_rows else rows
+    cols = cols.view(1, -1, *[1] * (param.dim() - 2)) if in_cols else cols
+    return torch.maximum(rows, cols)
+
+
+def boost_fresh(net: FamilyNet, since: Architecture, factor: float) -> list[torch.utils.hooks.RemovableHandle]:
+    """Scale the gradients of the entries new since ``since`` by ``factor``; returns the hook handles.
+
+    With SGD this is a larger learning rate on the new entries only, so that capacity that arrives late can
+    catch up with what trained from the start; remove the handles to end the boost.
+    """
+    handles = []
+    for param, mask in fresh_masks(net, since):
+        scale = 1.0 + (factor - 1.0) * mask
+        handles.append(param.register_hook(lambda grad, scale=scale: grad * scale))
+    return handles
+
+
 def carry_momentum(optimizer: torch.optim.Optimizer, growth: Growth) -> None:
     """Point ``optimizer`` at the grown parameters: replaced ones keep their expanded state, added ones join.
 

@@ -6,7 +6,17 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from esper_env.family import Architecture, FamilyNet, carry_momentum, deepen, forward_flops, param_count, widen
+from esper_env.family import (
+    Architecture,
+    FamilyNet,
+    boost_fresh,
+    carry_momentum,
+    deepen,
+    forward_flops,
+    fresh_masks,
+    param_count,
+    widen,
+)
 
 SMALL = Architecture(widths=(4, 8, 8), blocks=(0, 1, 0), stem=4)
 
@@ -98,3 +108,34 @@ def test_carry_momentum_expands_state_and_trains_on() -> None:
     torch.nn.functional.cross_entropy(net(x), y).backward()
     opt.step()
     assert all(torch.isfinite(p).all() for p in net.parameters())
+
+
+def test_fresh_masks_mark_new_channels_and_blocks() -> None:
+    net = _net()
+    widen(net, 1, 12, generator=torch.Generator().manual_seed(5))
+    deepen(net, 2)
+    masks = {id(p): m for p, m in fresh_masks(net, SMALL)}
+    conv1 = net.stages[1].conv.weight  # outputs of stage 1: rows 8.. are new
+    assert masks[id(conv1)].amax(dim=(1, 2, 3)).tolist() == [0.0] * 8 + [1.0] * 4
+    reader = net.stages[2].conv.weight  # reads stage 1: columns 8.. are new
+    assert masks[id(reader)].amax(dim=(0, 2, 3)).tolist() == [0.0] * 8 + [1.0] * 4
+    block = net.stages[1].blocks[0].conv1.weight  # both sides index stage 1
+    assert masks[id(block)][:8, :8].sum() == 0 and masks[id(block)][8:, :].min() == 1
+    assert masks[id(net.stages[2].blocks[0].conv1.weight)] == 1
+    assert id(net.stages[0].conv.weight) not in masks
+
+
+def test_boost_fresh_scales_only_new_gradients() -> None:
+    net = _net()
+    widen(net, 1, 12, generator=torch.Generator().manual_seed(6))
+    x, y = _images(), torch.arange(6) % 10
+    torch.nn.functional.cross_entropy(net(x), y).backward()
+    plain = net.stages[1].conv.weight.grad.clone()
+    net.zero_grad()
+    handles = boost_fresh(net, SMALL, 3.0)
+    torch.nn.functional.cross_entropy(net(x), y).backward()
+    boosted = net.stages[1].conv.weight.grad
+    torch.testing.assert_close(boosted[:8], plain[:8])
+    torch.testing.assert_close(boosted[8:], 3.0 * plain[8:])
+    for handle in handles:
+        handle.remove()

@@ -1,0 +1,36 @@
+"""Smoke test of benchmarks/grow_cost.py: a tiny grown run on synthetic data, and the report rebuilt from it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from benchmarks import grow_cost
+
+
+def test_grow_cost_trains_grows_boosts_and_reports(tmp_path: Path) -> None:
+    out = tmp_path / "slice.jsonl"
+    arms = ["grow50-final-wsd-boost2", "static-final-wsd"]
+    grow_cost.main(["--dataset", "synthetic", "--data-dir", "unused", "--epochs", "2", "--seeds", "0",
+                    "--set", "catchup", "--arms", *arms, "--out", str(out)])
+    grow_cost.main(["--dataset", "synthetic", "--data-dir", "unused", "--epochs", "2", "--seeds", "0",
+                    "--arms", "static-final-wsd", "--out", str(out)])
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    grown = next(r for r in rows if r["name"] == arms[0])
+    assert grown["params"] == grow_cost.param_count(grow_cost.FINAL)
+    assert grown["grow_epoch"] == 1 and len(grown["val_curve"]) == 2
+    static = next(r for r in rows if r["name"] == "static-final-wsd")
+    assert grown["train_flops"] < static["train_flops"]  # the seedling's first epoch is cheaper
+    grow_cost.report(tmp_path)
+    summary = {r["arm"]: r for r in json.loads((tmp_path / "summary.json").read_text())}
+    expected = 100 * (grown["test_accuracy"] - static["test_accuracy"])
+    assert abs(summary[arms[0]]["minus_static_twin"] - expected) < 1e-9
+    assert "grow50-final-wsd-boost2" in (tmp_path / "table.md").read_text()
+
+
+def test_learning_rate_schedules() -> None:
+    lr = grow_cost.learning_rate
+    assert lr(0, 100, 10, "wsd", 0.3) == grow_cost.PEAK_LR / 10
+    assert lr(50, 100, 10, "wsd", 0.3) == grow_cost.PEAK_LR  # stable until 70% of the run
+    assert lr(85, 100, 10, "wsd", 0.3) == grow_cost.PEAK_LR * 15 / 30
+    assert lr(55, 100, 10, "linear", 0.3) == grow_cost.PEAK_LR * 45 / 90
