@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from esper_agent.report import mean_ci95
+from esper_env.conditions import CONDITIONS, condition_named, draw_pool, epoch_order, noisy_labels
 from esper_env.config import EnvConfig
 from esper_env.data import Dataset, load_dataset, normalize, random_crop_flip
 from esper_env.family import (
@@ -54,6 +55,7 @@ MOMENTUM = 0.9
 WEIGHT_DECAY = 5e-4
 LABEL_SMOOTHING = 0.2
 TRANSLATE = 2  # pixels
+NUM_CLASSES = 10
 
 SEEDLING = Architecture((16, 32, 32), (0, 0, 0))
 MEDIUM = Architecture((32, 64, 64), (0, 1, 1))
@@ -71,12 +73,18 @@ class Arm:
     decay_frac: float = 0.3  # wsd: fraction of the run spent decaying
     boost: float = 1.0  # gradient multiplier of the entries new at growth (a per-entry lr factor)
     noise: float = 0.01  # symmetry-breaking noise of split channels, relative to the weight's std
+    condition: str = "full"  # the training condition (esper_env.conditions)
 
     @property
     def static_twin(self) -> str:
-        """The name of the arm that trains this arm's final architecture static, with the same schedule."""
+        """The arm that trains this arm's final architecture static, with the same schedule and condition."""
         label = next(k for k, a in ARCHITECTURES.items() if a == self.final)
-        return f"static-{label}-{self.schedule}" + ("" if self.decay_frac == 0.3 else f"-decay{self.decay_frac}")
+        decay = "" if self.decay_frac == 0.3 else f"-decay{self.decay_frac}"
+        return f"static-{label}-{self.schedule}{decay}" + _suffix(self.condition)
+
+
+def _suffix(condition: str) -> str:
+    return "" if condition == "full" else f"-{condition}"
 
 
 ARCHITECTURES = {"seedling": SEEDLING, "medium": MEDIUM, "final": FINAL, "largest": LARGEST}
@@ -104,7 +112,18 @@ def catchup_arms(epochs: int) -> list[Arm]:
     return out
 
 
-ARM_SETS = {"schedules": schedule_arms, "catchup": catchup_arms}
+def condition_arms(epochs: int) -> list[Arm]:
+    """Under wsd, on every condition but the full one: each static size, and seedling -> FINAL at 25%."""
+    out = []
+    for condition in (c.name for c in CONDITIONS if c.name != "full"):
+        out += [Arm(f"static-{label}-wsd-{condition}", arch, arch, None, "wsd", condition=condition)
+                for label, arch in ARCHITECTURES.items()]
+        out.append(Arm(f"grow25-final-wsd-boost2-{condition}", SEEDLING, FINAL, round(0.25 * epochs), "wsd",
+                       boost=2.0, condition=condition))
+    return out
+
+
+ARM_SETS = {"schedules": schedule_arms, "catchup": catchup_arms, "conditions": condition_arms}
 
 
 def learning_rate(step: int, total: int, warmup: int, schedule: str, decay_frac: float) -> float:
@@ -144,21 +163,33 @@ def accuracy(net: FamilyNet, images: torch.Tensor, labels: torch.Tensor, data: D
     return float(correct) / len(images)  # sync: once per epoch
 
 
+def training_pool(arm: Arm, data: Dataset, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """The run's pool of training-image indices, and labels indexed by image (noisy inside the pool)."""
+    condition = condition_named(arm.condition)
+    n = len(data.train_x)
+    # The full condition draws nothing here, so its runs keep the random stream of the runs made before conditions.
+    pool = torch.arange(n, device=gen.device) if condition.pool is None else draw_pool(condition, n, gen)
+    labels = data.train_y.clone()
+    labels[pool] = noisy_labels(data.train_y[pool], condition, NUM_CLASSES, gen)
+    return pool, labels
+
+
 def train(arm: Arm, seed: int, data: Dataset, epochs: int) -> dict:
     device = data.train_x.device
     torch.manual_seed(seed)
     gen = torch.Generator(device=device).manual_seed(seed)
     cpu_gen = torch.Generator().manual_seed(seed)
-    net = FamilyNet(arm.start, 10).to(device, memory_format=torch.channels_last)
+    net = FamilyNet(arm.start, NUM_CLASSES).to(device, memory_format=torch.channels_last)
     opt = torch.optim.SGD(net.parameters(), lr=PEAK_LR, momentum=MOMENTUM, nesterov=True, weight_decay=WEIGHT_DECAY)
     n = len(data.train_x)
+    pool, labels = training_pool(arm, data, gen)
     per_epoch = n // BATCH
     total, flops, val_curve = epochs * per_epoch, 0, []
     started = time.perf_counter()
     for epoch in range(epochs):
         if arm.grow_epoch == epoch:
             grow_to(net, arm, opt, cpu_gen)
-        order = torch.randperm(n, device=device, generator=gen)
+        order = pool[epoch_order(len(pool), n, gen)]
         for i in range(per_epoch):
             step = epoch * per_epoch + i
             for group in opt.param_groups:
@@ -168,7 +199,7 @@ def train(arm: Arm, seed: int, data: Dataset, epochs: int) -> dict:
             flips = torch.rand(BATCH, device=device, generator=gen) < 0.5
             x = normalize(random_crop_flip(data.train_x[idx], offsets, flips, TRANSLATE), data.mean, data.std)
             with torch.autocast("cuda", torch.bfloat16, enabled=x.is_cuda):
-                loss = F.cross_entropy(net(x.contiguous(memory_format=torch.channels_last)), data.train_y[idx],
+                loss = F.cross_entropy(net(x.contiguous(memory_format=torch.channels_last)), labels[idx],
                                        label_smoothing=LABEL_SMOOTHING)
             opt.zero_grad(set_to_none=True)
             loss.backward()

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
 
 from benchmarks import grow_cost
 
@@ -34,3 +38,17 @@ def test_learning_rate_schedules() -> None:
     assert lr(50, 100, 10, "wsd", 0.3) == grow_cost.PEAK_LR  # stable until 70% of the run
     assert lr(85, 100, 10, "wsd", 0.3) == grow_cost.PEAK_LR * 15 / 30
     assert lr(55, 100, 10, "linear", 0.3) == grow_cost.PEAK_LR * 45 / 90
+
+
+def test_training_pool_applies_the_condition_to_the_pool_only() -> None:
+    data = SimpleNamespace(train_x=torch.zeros(2000, 3, 4, 4), train_y=torch.arange(2000) % 10)
+    arm = grow_cost.Arm("a", grow_cost.SEEDLING, grow_cost.SEEDLING, None, "wsd", condition="pool15k-noise20")
+    with pytest.raises(ValueError, match="needs a pool of 15000"):
+        grow_cost.training_pool(arm, data, torch.Generator().manual_seed(0))
+    arm = grow_cost.Arm("a", grow_cost.SEEDLING, grow_cost.SEEDLING, None, "wsd", condition="noise40")
+    pool, labels = grow_cost.training_pool(arm, data, torch.Generator().manual_seed(0))
+    assert len(pool) == 2000 and int((labels != data.train_y).sum()) == 800
+    names = {a.name for a in grow_cost.condition_arms(20)}
+    assert "static-largest-wsd-pool5k" in names
+    assert grow_cost.Arm("g", grow_cost.SEEDLING, grow_cost.FINAL, 5, "wsd", condition="pool5k").static_twin == (
+        "static-final-wsd-pool5k")
