@@ -31,6 +31,24 @@ its extra reset step has no place in SB3's API. Seeds from ``seed()`` and option
 at the next ``reset()`` only, as in SB3's ``DummyVecEnv``; the resets between episodes draw from each sub-env's
 own generator, so a seeded run is reproducible.
 
+Horizon. An Esper episode ends by truncation at ``max_epochs``, its fixed horizon, which the observation shows
+(its progress feature). ``horizon`` says how the adapter reports that end to SB3; every learner of one comparison
+should read it the same way:
+
+* ``horizon="truncated"`` (the default): ``infos[i]["TimeLimit.truncated"]`` is ``True``, as SB3's ``DummyVecEnv``
+  over a ``TimeLimit``-wrapped ``gym.Env`` would report it, and SB3's on-policy collection adds
+  ``gamma * V(terminal_observation)`` to the episode's last reward (SB3 issue #633): the reading of a time limit
+  cut into an endless task. esper_agent's ``AgentConfig(bootstrap_truncation=True)`` reads it so.
+* ``horizon="terminal"``: ``TimeLimit.truncated`` is ``False``, so SB3 ends the return at the last reward, as for
+  a termination: the task has no future past its horizon, and the critic, never trained on a state past the end,
+  could only extrapolate V(final observation) (Pardo et al. 2018, "Time Limits in Reinforcement Learning", treat
+  a limit that the state shows as part of the task). esper_agent's default ``bootstrap_truncation=False`` reads it
+  so, and the README ("Does the agent learn") shows the bootstrap undoing what the agent had learned.
+
+The default stays ``"truncated"``, the faithful translation of Gymnasium's flags that SB3 users expect from a
+``VecEnv``; ``benchmarks.compare_agents`` passes the reading of its esper_agent arm explicitly. Either way
+``terminal_observation`` is set when done, and a real termination (a rollback) is never bootstrapped.
+
 Sub-envs are rows of one native vector env, not separate ``gym.Env`` objects. Hence: ``env_method`` and
 ``get_attr`` serve ``action_masks`` per sub-env from the latest step, and call (or read) anything else once on the
 native env, returning that one result for each requested index; ``set_attr`` sets it on the native env and
@@ -41,7 +59,7 @@ wraps a row (so wrap the adapter in ``VecMonitor``, which the maskable ``evaluat
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal, get_args
 
 import gymnasium as gym
 import numpy as np
@@ -51,6 +69,8 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices,
 from esper_env.wrappers import FlattenVectorActions
 
 MASK_METHOD = "action_masks"  # the name sb3-contrib's get_action_masks and is_masking_supported look up
+Horizon = Literal["terminal", "truncated"]
+HORIZONS: tuple[str, ...] = get_args(Horizon)
 _SAME_STEP_KEYS = ("final_obs", "final_info")  # SameStep's bookkeeping, turned into SB3's terminal_observation
 
 
@@ -63,16 +83,21 @@ class Sb3VecEnv(VecEnv):
             with ``autoreset_mode`` ``"Disabled"`` (preferred) or ``"SameStep"``.
         flatten: ``True`` for ``Discrete(J)`` actions with exact joint masks, ``False`` for the native
             ``MultiDiscrete`` actions with the marginal masks.
+        horizon: how an episode cut at ``max_epochs`` is reported (module docstring, "Horizon"): ``"truncated"``
+            sets ``TimeLimit.truncated`` and SB3 bootstraps its last reward from V(final observation);
+            ``"terminal"`` does not, so SB3 ends the return there, as esper_agent does by default.
     """
 
-    def __init__(self, venv: VectorEnv, flatten: bool = False) -> None:
+    def __init__(self, venv: VectorEnv, flatten: bool = False, horizon: Horizon = "truncated") -> None:
         if not isinstance(venv, VectorEnv):
             raise TypeError(f"venv is a {type(venv).__name__}; expected a gymnasium.vector.VectorEnv")
+        if horizon not in HORIZONS:
+            raise ValueError(f"horizon={horizon!r}; expected one of {HORIZONS}")
         mode = AutoresetMode(venv.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
         if mode not in (AutoresetMode.DISABLED, AutoresetMode.SAME_STEP):
             raise ValueError(f"venv has autoreset_mode={mode.value!r}; expected 'Disabled' (make_sb3_env's "
                              "choice) or 'SameStep', because SB3 resets a finished sub-env within the same step")
-        self.flatten, self._mode = bool(flatten), mode
+        self.flatten, self._mode, self.horizon = bool(flatten), mode, horizon
         self.venv: VectorEnv = FlattenVectorActions(venv) if flatten else venv
         space = self.venv.single_action_space
         if not isinstance(space, gym.spaces.Discrete | gym.spaces.MultiDiscrete):
@@ -123,9 +148,10 @@ class Sb3VecEnv(VecEnv):
         infos = [_row(info, i) for i in range(self.num_envs)]
         if dones.any():
             terminal = self._reset_finished(obs, info, dones, infos)
+        cut = truncated & ~terminated if self.horizon == "truncated" else np.zeros_like(dones)
         for i in range(self.num_envs):
             # Set for every sub-env, as SB3's DummyVecEnv does; PPO bootstraps the value where it is True.
-            infos[i]["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
+            infos[i]["TimeLimit.truncated"] = bool(cut[i])
             if dones[i]:
                 infos[i]["terminal_observation"] = terminal[i]
         self._masks = self._stack_masks(infos)
@@ -245,14 +271,15 @@ def _row(info: dict[str, Any], i: int) -> dict[str, Any]:
 
 
 def make_sb3_env(env_id: str, num_envs: int, flatten: bool, seed: int | None = None,
-                 **env_kwargs: Any) -> Sb3VecEnv:
+                 horizon: Horizon = "truncated", **env_kwargs: Any) -> Sb3VecEnv:
     """Build ``gym.make_vec(env_id, num_envs, autoreset_mode="Disabled", **env_kwargs)`` behind :class:`Sb3VecEnv`.
 
-    ``seed`` seeds the first ``reset()`` (sub-env ``i`` gets ``seed + i``, SB3's convention); ``env_kwargs`` are
+    ``seed`` seeds the first ``reset()`` (sub-env ``i`` gets ``seed + i``, SB3's convention); ``horizon`` is
+    :class:`Sb3VecEnv`'s (``"terminal"`` for no bootstrap at ``max_epochs``); ``env_kwargs`` are
     :class:`esper_env.config.EnvConfig` fields and may override ``autoreset_mode`` with ``"SameStep"``.
     """
     venv = gym.make_vec(env_id, num_envs=num_envs, **{"autoreset_mode": "Disabled", **env_kwargs})
-    adapter = Sb3VecEnv(venv, flatten=flatten)
+    adapter = Sb3VecEnv(venv, flatten=flatten, horizon=horizon)
     if seed is not None:
         adapter.seed(seed)
     return adapter

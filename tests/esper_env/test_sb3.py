@@ -1,8 +1,9 @@
 """``esper_env.sb3``: the adapter keeps SB3's ``VecEnv`` contract and MaskablePPO trains and evaluates through it.
 
 SB3 ships no checker for vector envs, so the contract of its ``DummyVecEnv`` is written out here: shapes and
-dtypes, same-step reset with ``terminal_observation`` exactly when done, ``TimeLimit.truncated``, reset
-observations and masks spliced in, seeds and options used once, and the mask protocol sb3-contrib reads.
+dtypes, same-step reset with ``terminal_observation`` exactly when done, ``TimeLimit.truncated`` as the chosen
+horizon reading says (checked against what SB3's rollout buffer then stores), reset observations and masks
+spliced in, seeds and options used once, and the mask protocol sb3-contrib reads.
 """
 
 from __future__ import annotations
@@ -219,6 +220,62 @@ def test_refusals_name_the_problem(kwargs):
         env.step_wait()
     with pytest.raises(ValueError, match=f"expected an integer in \\[0, {len(TABLE)}\\)"):
         env.step(np.array([0, len(TABLE)]))
+
+
+HORIZON = pytest.mark.parametrize("horizon", ["terminal", "truncated"])
+
+
+@HORIZON
+def test_horizon_says_whether_the_end_at_max_epochs_is_a_time_limit(kwargs, horizon):
+    env = make_sb3_env(ID, N, flatten=False, seed=5, horizon=horizon, **kwargs)
+    assert env.horizon == horizon
+    env.reset()
+    for _ in range(EPOCHS):
+        obs, _, dones, infos = env.step(wait(env))
+    assert dones.all()
+    for info in infos:
+        assert info["TimeLimit.truncated"] is (horizon == "truncated")
+        assert info["terminal_observation"][0] == 1.0  # given either way: the episode's last observation
+    env.reset()
+    env.env_method("inject_fault", 0, "nan_loss")
+    _, _, dones, infos = env.step(wait(env))
+    assert dones.tolist() == [True, False] and infos[0]["TimeLimit.truncated"] is False  # a rollback, either way
+
+
+def test_an_unknown_horizon_is_refused(kwargs):
+    with pytest.raises(ValueError, match=r"horizon='episodic'; expected one of \('terminal', 'truncated'\)"):
+        make_sb3_env(ID, N, flatten=True, horizon="episodic", **kwargs)
+
+
+class LastRewards(BaseCallback):
+    """The env's rewards at the rollout's last step (episodes end there), the value the policy gives each
+    terminal observation, and the rewards SB3's rollout buffer stored for that step."""
+
+    def _on_step(self) -> bool:
+        if self.locals["dones"].all():
+            self.raw = self.locals["rewards"].copy()  # before SB3 adds any bootstrap to it in place
+            self.terminal = np.stack([info["terminal_observation"] for info in self.locals["infos"]])
+        return True
+
+    def _on_rollout_end(self) -> None:  # before the update: the policy that collected the rollout
+        self.stored = self.model.rollout_buffer.rewards[-1].copy()
+        with torch.no_grad():
+            obs = self.model.policy.obs_to_tensor(self.terminal)[0]
+            self.values = self.model.policy.predict_values(obs).numpy().ravel()
+
+
+@HORIZON
+def test_maskable_ppo_bootstraps_the_last_reward_only_when_truncated(kwargs, horizon):
+    """SB3's own collection (``MaskablePPO.collect_rollouts``) reads ``TimeLimit.truncated``: with ``"truncated"``
+    the buffer's last reward is the env's plus ``gamma * V(terminal_observation)``, with ``"terminal"`` it is the
+    env's."""
+    env = VecMonitor(make_sb3_env(ID, N, flatten=True, horizon=horizon, **kwargs))
+    model = MaskablePPO("MlpPolicy", env, n_steps=EPOCHS, batch_size=N * EPOCHS, n_epochs=1, seed=0, device="cpu")
+    last = LastRewards()
+    model.learn(total_timesteps=N * EPOCHS, callback=last)
+    assert np.abs(last.values).min() > 1e-4  # a bootstrap would show
+    expected = last.raw + model.gamma * last.values if horizon == "truncated" else last.raw
+    np.testing.assert_allclose(last.stored, expected, rtol=1e-6, atol=1e-7)
 
 
 class InvalidActionCounter(BaseCallback):
