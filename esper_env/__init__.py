@@ -5,6 +5,9 @@
     gym.make("Esper-CIFAR10-v0")                 # one env (EsperEnv)
     gym.make_vec("Esper-CIFAR10-v0", num_envs=8)  # the native vector env (EsperVectorEnv)
     gym.make("esper_env:Esper-Synthetic-v0")      # works without importing esper_env first
+
+Each id's images are fixed (``dataset`` other than the id's is refused). ``nondeterministic=True`` is what holds
+on CUDA; on the CPU a seeded run repeats bit for bit (``esper_env.env_spec`` says why the flag stays True there).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 from gymnasium.envs.registration import register, registry
 
 from esper_env.config import EnvConfig
+from esper_env.env_spec import ID_DATASETS
 
 __all__ = ["EnvConfig", "ENV_IDS"]
 __version__ = "0.1.0"
@@ -27,8 +31,8 @@ for _env_id, _kwargs in ENV_IDS.items():
     if _env_id not in registry:
         register(
             id=_env_id,
-            entry_point="esper_env.env:EsperEnv",
-            vector_entry_point="esper_env.vector_env:EsperVectorEnv",
-            nondeterministic=True,
+            entry_point=f"esper_env.env:{ID_DATASETS[_env_id]}_env",
+            vector_entry_point=f"esper_env.vector_env:{ID_DATASETS[_env_id]}_vector_env",
+            nondeterministic=True,  # on CUDA; CPU runs are bit-identical (see the docstring)
             kwargs=dict(_kwargs),
         )

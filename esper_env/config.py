@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 REWARD_MODES = ("accuracy", "contribution", "sparse")
 AUTORESET_MODES = ("NextStep", "SameStep", "Disabled")
 EXECUTION_MODES = ("auto", "eager", "graph")
@@ -127,11 +129,26 @@ class EnvConfig:
     sparse_scale: float = 1.0
     """Sparse mode: multiplier of the final score before clipping."""
     sparse_clip: float = 1.0
-    """Sparse mode: the scaled final reward is clipped to [-sparse_clip, sparse_clip]."""
+    """Sparse mode: the scaled final reward is clipped to [-sparse_clip, sparse_clip]; must be at least
+    ``sparse_scale`` (with ``reward_mode="sparse"``), so that the clip bounds only the parameter cost's side and
+    any two final accuracies keep their order (a smaller clip would pay 1.0 for 40% and for 78% alike)."""
 
     # --- governor ---------------------------------------------------------------------------------------
     divergence_loss: float = 20.0
     """A training or validation loss above this (nats) counts as divergence and triggers a rollback."""
+    collapse_patience: int = 3
+    """Consecutive epochs (epochs) a host must look collapsed to chance before the governor rolls it back, as
+    it does a diverged one; 0 turns collapse detection off. Collapsed: validation accuracy at chance (see
+    ``collapse_accuracy_margin``) after the episode's best was ``collapse_peak`` above it, or at chance with the
+    validation loss stuck at ln(number of classes), the loss of a constant prediction (a dead network)."""
+    collapse_accuracy_margin: float = 0.02
+    """Validation accuracy at most this far above chance (fraction) counts as at chance for collapse detection."""
+    collapse_peak: float = 0.2
+    """The accuracy collapse rule needs the episode's best earlier validation accuracy at least this far above
+    chance (fraction; 30% on 10 classes): a host that has not learned yet has not collapsed, and a small host's
+    noisy first epochs (tiny validation sets swing by several points) do not count as having learned."""
+    collapse_loss_tolerance: float = 0.01
+    """A validation loss within this of ln(number of classes) (nats) counts as stuck for collapse detection."""
     snapshot_interval: int = 3
     """Epochs between refreshes of the host's last-good snapshot (epochs)."""
 
@@ -148,6 +165,7 @@ class EnvConfig:
     """Vector face only: Gymnasium autoreset mode ``"NextStep"``, ``"SameStep"`` or ``"Disabled"``."""
 
     def __post_init__(self) -> None:
+        _plain_numbers(self)
         _validate(self)
 
     @classmethod
@@ -195,6 +213,7 @@ _INT_MIN = {
     "embargo_epochs": 0,
     "min_prune_age": 0,
     "snapshot_interval": 1,
+    "collapse_patience": 0,
 }
 _CHOICES = {
     "dataset": DATASETS,
@@ -204,8 +223,9 @@ _CHOICES = {
     "precision": PRECISIONS,
 }
 _NON_NEGATIVE = ("param_penalty", "over_budget_penalty", "op_cost", "invalid_action_penalty", "rollback_penalty",
-                 "weight_decay")
+                 "weight_decay", "collapse_loss_tolerance")
 _POSITIVE = ("host_lr", "seed_lr", "divergence_loss", "sparse_scale", "sparse_clip")
+_FRACTIONS = ("collapse_accuracy_margin", "collapse_peak")
 
 
 def _validate(cfg: EnvConfig) -> None:
@@ -218,6 +238,8 @@ def _validate(cfg: EnvConfig) -> None:
         _require(cfg, name, _finite(getattr(cfg, name)) and getattr(cfg, name) >= 0, "a finite float >= 0")
     for name in _POSITIVE:
         _require(cfg, name, _finite(getattr(cfg, name)) and getattr(cfg, name) > 0, "a finite float > 0")
+    for name in _FRACTIONS:
+        _require(cfg, name, _finite(getattr(cfg, name)) and 0.0 <= getattr(cfg, name) <= 1.0, "a float in [0, 1]")
     _require(cfg, "momentum", _finite(cfg.momentum) and 0.0 <= cfg.momentum < 1.0, "a float in [0, 1)")
     _require(cfg, "pbrs_gamma", _finite(cfg.pbrs_gamma) and 0.0 < cfg.pbrs_gamma <= 1.0, "a float in (0, 1]")
     _require(cfg, "pbrs_weight", _finite(cfg.pbrs_weight), "a finite float")
@@ -230,6 +252,7 @@ def _validate(cfg: EnvConfig) -> None:
              f"distinct increasing block indices in [0, {len(cfg.host_widths)})")
     _require(cfg, "param_budget", cfg.param_budget is None or cfg.param_budget >= 0, "None or an integer >= 0")
     _check_budget_mask(cfg)
+    _check_sparse_clip(cfg)
     _require(cfg, "max_seeds", cfg.max_seeds is None or 1 <= cfg.max_seeds <= cfg.num_slots,
              f"None or an integer in [1, {cfg.num_slots}]")
     _require(cfg, "stage_potentials", len(cfg.stage_potentials) == 8
@@ -247,6 +270,15 @@ def _check_budget_mask(cfg: EnvConfig) -> None:
                          "set to an integer >= 0, or param_budget_mask=False")
 
 
+def _check_sparse_clip(cfg: EnvConfig) -> None:
+    # The sparse reward is clip(sparse_scale * (A_T - cost)) with A_T <= 1: a clip below the scale would pay the
+    # same for every final accuracy above sparse_clip / sparse_scale and hide which run was better.
+    if cfg.reward_mode == "sparse" and cfg.sparse_clip < cfg.sparse_scale:
+        raise ValueError(f"sparse_clip={cfg.sparse_clip!r} is below sparse_scale={cfg.sparse_scale!r}: the sparse "
+                         "reward would saturate for final accuracies in [0, 1] and lose their order; expected "
+                         "sparse_clip >= sparse_scale")
+
+
 def _finite(value: float) -> bool:
     """``math.isfinite`` that also takes ints too large for a float (they are not finite floats)."""
     try:
@@ -260,12 +292,38 @@ def _require(cfg: EnvConfig, name: str, ok: bool, expected: str) -> None:
         raise ValueError(f"{name}={getattr(cfg, name)!r} is out of range; expected {expected}")
 
 
+def _plain_numbers(cfg: EnvConfig) -> None:
+    """Numpy scalars of a field's kind become Python values: sweeps built with numpy pass ``np.int64`` and
+    ``np.float32``, and the config (and ``env.spec.to_json()``) should hold plain JSON types. An integer field
+    takes numpy integers, a float field numpy integers and floats; bools stay strict (``np.bool_`` is refused)."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        plain = _plain(value, _expected_type(f).removesuffix("|None"))
+        if plain is not value:
+            object.__setattr__(cfg, f.name, plain)
+
+
+def _plain(value: Any, base: str) -> Any:
+    if base in ("int", "float") and isinstance(value, np.integer):
+        return int(value)
+    if base == "float" and isinstance(value, np.floating):
+        return float(value)
+    if base == "str" and isinstance(value, np.str_):
+        return str(value)
+    if base.startswith("tuple[") and isinstance(value, tuple):
+        item = base[len("tuple[") : -len(",...]")]
+        return tuple(_plain(v, item) for v in value)
+    return value
+
+
 def _check_types(cfg: EnvConfig) -> None:
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
         expected = _expected_type(f)
         if not _matches(value, expected):
-            raise TypeError(f"{f.name}={value!r} has type {type(value).__name__}; expected {f.type}")
+            kind = type(value)
+            name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
+            raise TypeError(f"{f.name}={value!r} has type {name}; expected {f.type}")
 
 
 def _expected_type(f: dataclasses.Field) -> str:

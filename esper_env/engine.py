@@ -27,6 +27,7 @@ device. Nothing outside this module touches streams or graphs.
 from __future__ import annotations
 
 import contextlib
+import io
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -124,6 +125,27 @@ class Engine:
         self._pools = [self._open_pool(i) for i in range(num_envs)] if self.use_graphs else []
         self._closed = False
         Engine._open_graph_engines += self.use_graphs
+
+    def __getstate__(self) -> dict:
+        """Pickle (and deep-copy) support. Each trainer's ``metrics`` is a view of this engine's shared buffer and
+        its control tensors are views of one another; pickled one by one, every view would become a tensor of its
+        own, and a copy would keep training while reading stale learning rates and writing metrics nobody reads.
+        One ``torch.save`` of the whole state keeps every view a view. Streams, graphs and their memory pools
+        cannot be pickled: a copy makes its own and re-captures its graphs (a capture changes no result)."""
+        state = dict(self.__dict__)
+        if self.use_graphs:
+            state.update(streams=[None] * self.num_envs, _graphs=[None] * self.num_envs, _pools=[])
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        return {"torch_state": buffer.getvalue()}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(torch.load(io.BytesIO(state["torch_state"]), weights_only=False))
+        if self.use_graphs and not self._closed:
+            self.streams = [torch.cuda.Stream(d) for d in self.devices]
+            self._pools = [self._open_pool(i) for i in range(self.num_envs)]
+            Engine._open_graph_engines += 1
+            torch.cuda.synchronize()  # sync: unpickling only; the loaded tensors are ready before streams read them
 
     def _open_pool(self, i: int) -> tuple:
         """A private memory pool for sub-env ``i``'s graphs, held open by an anchor graph (module docstring)."""

@@ -6,10 +6,11 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.registration import EnvSpec
 
-from esper_env.config import EnvConfig
+from esper_env.env_spec import describe, id_kwargs
 from esper_env.render import RENDER_METADATA
-from esper_env.spaces import fill_env_doc
+from esper_env.spaces import Head, fill_env_doc
 from esper_env.vector_env import EsperVectorEnv
 
 
@@ -39,7 +40,10 @@ class EsperEnv(gym.Env):
 
     WAIT reads only ``op``; GERMINATE reads every head; ADVANCE, PRUNE and FOSSILIZE read ``op`` and ``slot``
     (``esper_env.spaces.HEAD_RELEVANCE``). Heads an op does not read are ignored. Masks after every reset and
-    step: ``info["action_mask"]`` (flat bool, the op mask then each head's marginal; also ``action_masks()``),
+    step (the methods are on the env itself: Gymnasium 1.x wrappers such as ``gym.make``'s ``OrderEnforcing`` do
+    not forward them, so call ``env.unwrapped.action_masks()`` or ``env.get_wrapper_attr("action_masks")()``; the
+    vector env has the same methods, batched): ``info["action_mask"]`` (flat bool, the op mask then each head's
+    marginal; also ``action_masks()``),
     ``info["op_slot_mask"]`` (bool ``(5, num_slots)``, exact; also ``op_slot_mask()``) and
     ``info["blueprint_mask"]`` (bool ``(num_slots, ${num_blueprints})``: the blueprints GERMINATE may plant in
     each slot; all True unless ``param_budget_mask`` makes ``param_budget`` a hard limit; also
@@ -86,8 +90,18 @@ class EsperEnv(gym.Env):
     Fresh host weights (from the reset seed), every slot DORMANT, the observation's measurements unknown (-1).
 
     ## Episode End
-    ``truncated=True`` after ``max_epochs`` steps (default 25). ``terminated=True`` only when the governor
-    rolls a diverged host back (non-finite or too large loss); ``info["rollback"]`` says so.
+    ``truncated=True`` after ``max_epochs`` steps (default 25), which ``env.spec.max_episode_steps`` reports.
+    ``terminated=True`` only when the governor rolls the host back: a diverged host (non-finite loss, or above
+    ``divergence_loss``) or a collapsed one (at chance for ``collapse_patience`` epochs after being clearly above
+    it, or with the validation loss stuck at ln(number of classes); ``esper_env.episode.collapsed``);
+    ``info["rollback"]`` says so. Gymnasium's ``gym.make(..., max_episode_steps=N)`` wraps the env in a
+    ``TimeLimit`` the env cannot see: an ``N`` below ``max_epochs`` cuts episodes before the host's learning-rate
+    schedule ends, so set ``max_epochs`` instead (``gym.make_vec`` refuses such an ``N``).
+
+    ## Determinism
+    On the CPU a seeded episode repeats bit for bit (same machine, torch version and thread count); on CUDA (bf16
+    autocast, cuDNN autotuning, atomic reductions) runs with the same seed agree only statistically. The spec's
+    ``nondeterministic`` is True for both: ``esper_env.env_spec`` says why.
 
     ## Info
     After every reset: ``action_mask``, ``op_slot_mask``, ``blueprint_mask``, ``blend_mask``, ``reset``. After
@@ -99,7 +113,13 @@ class EsperEnv(gym.Env):
 
     ## Arguments
     Every field of :class:`esper_env.config.EnvConfig` is a keyword argument of ``gym.make`` and
-    ``gym.make_vec``, e.g. ``gym.make("Esper-CIFAR10-v0", max_epochs=25, device="cuda")``.
+    ``gym.make_vec``, e.g. ``gym.make("Esper-CIFAR10-v0", max_epochs=25, device="cuda")``; numpy scalars of a
+    field's kind are accepted and stored as Python values. ``dataset`` must match the id (``Esper-Synthetic-v0``:
+    ``"synthetic"``; ``Esper-CIFAR10-*``: ``"cifar10"``). ``autoreset_mode`` belongs to the vector face and is
+    refused here: ``gym.make_vec(..., autoreset_mode=...)`` honours it on the native vector env, and Gymnasium's
+    ``SyncVectorEnv`` takes it as ``vector_kwargs={"autoreset_mode": ...}``. ``reset(seed=...)`` takes None or an
+    integer >= 0, ``reset(options=...)`` None or an empty dict. After ``close()``, ``step()`` and ``reset()``
+    raise ``RuntimeError``. The env pickles (and deep-copies): the copy continues exactly as the original would.
 
     ## Version History
     * v0: initial release.
@@ -107,10 +127,14 @@ class EsperEnv(gym.Env):
 
     __doc__ = fill_env_doc(__doc__)  # the catalogue and layout parts of the text above, from esper_env.spaces
     metadata: dict[str, Any] = dict(RENDER_METADATA)
+    _spec: EnvSpec | None = None
 
     def __init__(self, render_mode: str | None = None, **kwargs: Any) -> None:
-        EnvConfig.from_kwargs(**kwargs)  # validates every argument, autoreset_mode included, by name
-        kwargs.pop("autoreset_mode", None)  # ...which the single env then ignores: it resets explicitly
+        if "autoreset_mode" in kwargs:  # the single env only resets when told: the argument would be ignored
+            raise TypeError(f"autoreset_mode={kwargs['autoreset_mode']!r} is an argument of the vector env; a "
+                            "single env resets only when reset() is called. Expected it in gym.make_vec(...) for "
+                            "the native vector env, or vector_kwargs={'autoreset_mode': ...} with "
+                            "vectorization_mode='sync' or 'async'")
         self._vector = EsperVectorEnv(num_envs=1, render_mode=render_mode, autoreset_mode="Disabled", **kwargs)
         self.config = self._vector.config
         self.render_mode = render_mode
@@ -130,7 +154,23 @@ class EsperEnv(gym.Env):
     def vector_env(self) -> EsperVectorEnv:
         return self._vector
 
+    @property
+    def spec(self) -> EnvSpec | None:
+        """What ``gym.make`` recorded, made true for this env (``esper_env.env_spec.describe``)."""
+        return self._spec
+
+    @spec.setter
+    def spec(self, value: EnvSpec | None) -> None:
+        self._spec = describe(value, self.config)
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0):
+            raise ValueError(f"seed={seed!r}; expected None or an integer >= 0")
+        if options is not None and not isinstance(options, dict):
+            raise ValueError(f"options={options!r}; expected None or a dict (the single env takes no options)")
+        if options:
+            raise ValueError(f"unknown reset option(s) {sorted(options)}; the single env takes none")
+        seed = None if seed is None else int(seed)
         super().reset(seed=seed)
         if seed is None and self._vector._rngs[0] is None:
             seed = int(self.np_random.integers(2**63))
@@ -138,10 +178,7 @@ class EsperEnv(gym.Env):
         return obs[0].copy(), self._unbatch(info)
 
     def step(self, action: Any):
-        batched = np.asarray(action)[None] if np.ndim(action) == 1 else action
-        if np.ndim(action) != 1:
-            raise ValueError(f"action has shape {np.shape(action)}; expected ({len(self.action_space.nvec)},)")
-        obs, reward, terminated, truncated, info = self._vector.step(batched)
+        obs, reward, terminated, truncated, info = self._vector.step(self._checked(action)[None])
         return obs[0].copy(), float(reward[0]), bool(terminated[0]), bool(truncated[0]), self._unbatch(info)
 
     def render(self) -> np.ndarray | None:
@@ -162,6 +199,21 @@ class EsperEnv(gym.Env):
     def blend_mask(self) -> np.ndarray:
         return self._vector.blend_masks()[0]
 
+    def _checked(self, action: Any) -> np.ndarray:
+        """The action as int64 ``(num_heads,)``; a malformed one raises ``ValueError`` in this env's terms (the
+        vector env checks again, in its own)."""
+        array, nvec = np.asarray(action), self.action_space.nvec
+        heads = tuple(h.name.lower() for h in Head)
+        if array.shape != nvec.shape:
+            raise ValueError(f"action has shape {array.shape}; expected {nvec.shape}, one value per head {heads}")
+        if array.dtype.kind not in "iu":
+            raise ValueError(f"action {array.tolist()} has dtype {array.dtype}; expected integers")
+        bad = np.flatnonzero((array < 0) | (array >= nvec))
+        if bad.size:
+            head = int(bad[0])
+            raise ValueError(f"action head '{heads[head]}' is {array[head]}; expected an integer in [0, {nvec[head]})")
+        return array.astype(np.int64)
+
     def _unbatch(self, info: dict[str, Any]) -> dict[str, Any]:
         out = {}
         for key, value in info.items():
@@ -171,9 +223,24 @@ class EsperEnv(gym.Env):
                 out[key] = self._unbatch(value)
             else:
                 item = value[0]
-                out[key] = item.copy() if isinstance(item, np.ndarray) else item
+                # a Python bool, so that Gymnasium's SyncVectorEnv batches it as bool (np.bool_ becomes object)
+                out[key] = item.copy() if isinstance(item, np.ndarray) else bool(item) if isinstance(item, np.bool_) \
+                    else item
         self._masks = out.get("action_mask", self._masks)
         return out
 
     def close(self) -> None:
         self._vector.close()
+
+
+def _id_entry_point(dataset: str) -> Any:
+    def make(**kwargs: Any) -> EsperEnv:
+        return EsperEnv(**id_kwargs(dataset, kwargs))
+
+    make.__doc__ = f"Entry point of the ids whose images are {dataset!r}: an EsperEnv that refuses another dataset."
+    make.metadata = EsperEnv.metadata  # gym.make reads the creator's render modes
+    return make
+
+
+cifar10_env = _id_entry_point("cifar10")
+synthetic_env = _id_entry_point("synthetic")

@@ -153,8 +153,39 @@ def rollback(episode: Episode) -> list[ModuleChange]:
 
 
 def diverged(m: Measurement, cfg: EnvConfig) -> bool:
+    """A non-finite loss, or one above ``cfg.divergence_loss`` nats: the governor rolls the host back."""
     losses = (m.train_loss, m.val_loss)
     return any(not math.isfinite(v) or v > cfg.divergence_loss for v in losses)
+
+
+def collapsed(episode: Episode, m: Measurement, cfg: EnvConfig, chance_accuracy: float) -> bool:
+    """Whether the host has collapsed to chance, counting ``m`` (this epoch, not yet recorded): the governor
+    rolls it back as it does a diverged one. A collapse (a dead network after too large a step, say) stays
+    finite and below ``divergence_loss``, so :func:`diverged` misses it and the episode would train a dead host
+    to the end.
+
+    For the last ``cfg.collapse_patience`` epochs (0: never) the validation accuracy is within
+    ``collapse_accuracy_margin`` of ``chance_accuracy``, and either an earlier epoch of the episode was at least
+    ``collapse_peak`` above chance, or the validation loss stayed within ``collapse_loss_tolerance`` nats of
+    -ln(chance_accuracy), i.e. ln(number of classes) for balanced classes: the loss of a constant prediction.
+    """
+    patience = cfg.collapse_patience
+    accuracies = [*episode.val_accuracy_history, *_last(episode, "val_accuracy"), m.val_accuracy]
+    losses = [*episode.val_loss_history, *_last(episode, "val_loss"), m.val_loss]
+    if patience == 0 or len(accuracies) < patience:
+        return False
+    if any(a > chance_accuracy + cfg.collapse_accuracy_margin for a in accuracies[-patience:]):
+        return False
+    earlier = accuracies[:-patience]
+    fell = bool(earlier) and max(earlier) >= chance_accuracy + cfg.collapse_peak
+    chance_loss = -math.log(chance_accuracy)
+    stuck = all(abs(v - chance_loss) <= cfg.collapse_loss_tolerance for v in losses[-patience:])
+    return fell or stuck
+
+
+def _last(episode: Episode, name: str) -> list[float]:
+    """The previous epoch's value of measurement field ``name`` (none before the first epoch)."""
+    return [] if episode.measurement is None else [getattr(episode.measurement, name)]
 
 
 def _replace(slots: tuple[SlotState, ...], index: int, state: SlotState) -> tuple[SlotState, ...]:

@@ -70,6 +70,17 @@ def build_step_info(records: dict[int, StepRecord], episodes: list[Episode], op_
     return info
 
 
+def only_rows(info: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
+    """``info`` with every ``_k`` flag cleared outside ``rows`` (bool ``(num_envs,)``), nested dicts too: the
+    ``final_info`` of the sub-envs that finished this step, as Gymnasium's vector envs lay it out."""
+    out: dict[str, np.ndarray] = {}
+    for key, value in info.items():
+        if isinstance(value, dict):
+            value = only_rows(value, rows)
+        out[key] = value & rows if key.startswith("_") else value
+    return out
+
+
 _PER_ENV = {
     "invalid_action": bool, "executed_op": np.int64, "executed_slot": np.int64, "epoch": np.int64, "rollback": bool,
     "val_accuracy": np.float64, "val_loss": np.float64, "train_accuracy": np.float64, "train_loss": np.float64,

@@ -17,7 +17,12 @@ Mode ``"contribution"`` replaces the accuracy delta by the counterfactual contri
 this step (sum, in fractions) and, on the step a seed is pruned, minus its last measured contribution (pruning
 a harmful seed earns what it was costing). Mode ``"sparse"`` pays only at the last step:
 ``clip(sparse_scale * (A_T - param_penalty * P_T / P_host), -sparse_clip, sparse_clip)`` (clipped *after*
-scaling). A governor rollback replaces the step's reward by ``-rollback_penalty`` in every mode.
+scaling). The config requires ``sparse_clip >= sparse_scale`` in this mode: since A_T <= 1 the clip then bounds
+only the parameter cost's side, and two final accuracies never earn the same saturated reward.
+
+A governor rollback replaces the step's reward by ``-rollback_penalty`` in every mode, plus, in the dense modes,
+the shaping term of a transition into a terminal state, ``-pbrs_weight * Phi_{t-1}``: the rollback ends the
+episode, so without it the shaping of an episode with a rollback would no longer telescope to -Phi_0.
 """
 
 from __future__ import annotations
@@ -51,7 +56,9 @@ def potential(stages: tuple[int, ...], cfg: EnvConfig) -> float:
 def step_reward(x: RewardInputs, cfg: EnvConfig) -> float:
     """The reward of one sub-env's step; finite for every config and every finite input."""
     if x.rollback:
-        return -cfg.rollback_penalty
+        # the rollback ends the episode: Phi of the terminal state is 0 (see below), so only -Phi_{t-1} remains
+        shaping = 0.0 if cfg.reward_mode == "sparse" else -cfg.pbrs_weight * x.previous_potential
+        return _finite(shaping - cfg.rollback_penalty)
     param_cost = parameter_cost(x.seed_params, x.host_params, cfg)
     if cfg.reward_mode == "sparse":
         if not x.last_step:

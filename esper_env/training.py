@@ -112,6 +112,11 @@ class HostTrainer:
         self._allocate_epoch_buffers()
         self._snapshot = [t.detach().clone() for t in self._host_state()]
 
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if self.device.type == "cuda":  # pinning does not survive pickling, and keeps the upload asynchronous
+            self.control_staging = self.control_staging.pin_memory()
+
     # --- data order --------------------------------------------------------------------------------------
     @property
     def batch_size(self) -> int:

@@ -1,6 +1,6 @@
 """``EsperVectorEnv``: the native Gymnasium vector env. It orchestrates and owns no rule.
 
-Each step, in order (DESIGN §2.7): validate the actions; apply each sub-env's lifecycle op (``episode`` and
+Each step, in order: validate the actions; apply each sub-env's lifecycle op (``episode`` and
 ``lifecycle`` decide, the engine plants or frees modules); train every sub-env's host one epoch and validate it
 with its counterfactual configurations (``engine``, one host sync); run the governor; record measurements and
 tick the lifecycle timers; compute rewards (``rewards``); build observations (``observation``) and masks
@@ -15,17 +15,20 @@ from collections import Counter
 from typing import Any
 
 import numpy as np
+from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from esper_env import masks, spaces
 from esper_env.config import EnvConfig
 from esper_env.engine import Engine, EpochControl
+from esper_env.env_spec import check_episode_steps, describe, id_kwargs
 from esper_env.episode import (
     Episode,
     Measurement,
     ModuleChange,
     apply_action,
+    collapsed,
     diverged,
     finish_epoch,
     measured_contributions,
@@ -33,7 +36,7 @@ from esper_env.episode import (
     seed_params,
 )
 from esper_env.host import host_param_count
-from esper_env.info import StepRecord, build_step_info, reset_info
+from esper_env.info import StepRecord, build_step_info, only_rows, reset_info
 from esper_env.lifecycle import BLEND_CURVES, ForwardMode, forward_mode
 from esper_env.observation import observe
 from esper_env.render import RENDER_METADATA, Renderer, split_vector_info
@@ -45,14 +48,28 @@ FAULTS = ("nan_loss", "exploding_loss", "nan_parameters")
 
 
 class EsperVectorEnv(VectorEnv):
-    """``num_envs`` sub-envs, each training its own host CNN; see :class:`esper_env.env.EsperEnv` for the spec."""
+    """``num_envs`` sub-envs, each training its own host CNN; see :class:`esper_env.env.EsperEnv` for the spec.
+
+    ``autoreset_mode`` takes Gymnasium's ``AutoresetMode`` or its value (``"NextStep"``, ``"SameStep"``,
+    ``"Disabled"``). Under ``SameStep`` a finished sub-env's top-level info holds only its reset info (the new
+    episode's masks and ``reset``), as in Gymnasium's ``SyncVectorEnv``; the finished step's info is in
+    ``info["final_info"]`` and its observation in ``info["final_obs"]``. ``max_episode_steps`` (which
+    ``gym.make_vec`` passes on) must be None or ``max_epochs``. Masks of every sub-env: ``action_masks()``,
+    ``op_slot_mask()``, ``blueprint_mask()`` and ``blend_mask()``, as on the single env with a leading
+    ``num_envs`` axis. ``step()`` and ``reset()`` after ``close()`` raise ``RuntimeError``.
+    """
 
     metadata: dict[str, Any] = {**RENDER_METADATA, "autoreset_mode": AutoresetMode.NEXT_STEP}
+    _spec: EnvSpec | None = None
 
-    def __init__(self, num_envs: int = 1, render_mode: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, num_envs: int = 1, render_mode: str | None = None, max_episode_steps: int | None = None,
+                 **kwargs: Any) -> None:
         if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
             raise ValueError(f"num_envs={num_envs!r}; expected an integer >= 1")
+        if isinstance(kwargs.get("autoreset_mode"), AutoresetMode):
+            kwargs["autoreset_mode"] = kwargs["autoreset_mode"].value
         self.config = cfg = EnvConfig.from_kwargs(**kwargs)
+        check_episode_steps(max_episode_steps, cfg)
         self.metadata = {**type(self).metadata, "autoreset_mode": AutoresetMode(cfg.autoreset_mode)}
         self.num_envs, self.render_mode = num_envs, render_mode
         if render_mode not in (None, *RENDER_METADATA["render_modes"]):
@@ -94,7 +111,11 @@ class EsperVectorEnv(VectorEnv):
                                                                              self._blend_mask, strict=True)])
 
     def op_slot_masks(self) -> np.ndarray:
+        """Which slots each op may target, bool ``(num_envs, num_ops, num_slots)``."""
         return self._op_slot.copy()
+
+    # the single env's names, so that code written for one face finds the masks on the other
+    op_slot_mask = op_slot_masks
 
     def blueprint_masks(self) -> np.ndarray:
         """Which blueprints GERMINATE may plant in each slot, bool ``(num_envs, num_slots, num_blueprints)``."""
@@ -104,6 +125,17 @@ class EsperVectorEnv(VectorEnv):
         """Which blends GERMINATE may use for each blueprint in each slot, bool ``(num_envs, num_slots,
         num_blueprints, num_blends)``."""
         return self._blend_mask.copy()
+
+    blueprint_mask, blend_mask = blueprint_masks, blend_masks
+
+    @property
+    def spec(self) -> EnvSpec | None:
+        """What ``gym.make_vec`` recorded, made true for this env (``esper_env.env_spec.describe``)."""
+        return self._spec
+
+    @spec.setter
+    def spec(self, value: EnvSpec | None) -> None:
+        self._spec = describe(value, self.config)
 
     def inject_fault(self, index: int, kind: str) -> None:
         """Testing aid: make sub-env ``index``'s next epoch fail (``"nan_loss"``, ``"exploding_loss"`` or
@@ -116,6 +148,7 @@ class EsperVectorEnv(VectorEnv):
 
     # --- reset ------------------------------------------------------------------------------------------
     def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
+        self._require_open("reset")
         mask = self._reset_mask(options)
         seeds = self._seed_list(seed)
         super().reset(seed=seed if isinstance(seed, int) else None)
@@ -131,6 +164,8 @@ class EsperVectorEnv(VectorEnv):
         return self._obs.copy(), self._mask_info(mask)
 
     def _reset_mask(self, options: dict[str, Any] | None) -> np.ndarray:
+        if not isinstance(options, dict | None):
+            raise ValueError(f"options={options!r}; expected None or a dict, e.g. {{'reset_mask': ...}}")
         options = options or {}
         unknown = set(options) - {"reset_mask"}
         if unknown:
@@ -166,12 +201,18 @@ class EsperVectorEnv(VectorEnv):
 
     # --- step -------------------------------------------------------------------------------------------
     def step(self, actions: Any):
+        self._require_open("step")
         start = time.perf_counter()
         result = self._step(actions)
         self.timings["step"] += time.perf_counter() - start
-        for i, renderer in enumerate(self._renderers):
-            renderer.step(split_vector_info(result[4], i))
+        info, finished = result[4], result[4].get("_final_info", np.zeros(self.num_envs, dtype=bool))
+        for i, renderer in enumerate(self._renderers):  # a finished SameStep episode's last step: in final_info
+            renderer.step(split_vector_info(info["final_info"] if finished[i] else info, i))
         return result
+
+    def _require_open(self, call: str) -> None:
+        if self._engine is None:
+            raise RuntimeError(f"{call}() on a closed env: close() has released its hosts; make a new env")
 
     def render(self) -> tuple[np.ndarray, ...] | None:
         """One frame per sub-env with ``render_mode="rgb_array"``: its episode so far (``esper_env.render``)."""
@@ -224,7 +265,7 @@ class EsperVectorEnv(VectorEnv):
 
     def _finish_step(self, i: int, record: StepRecord, m: Measurement) -> None:
         ep, cfg = self._episodes[i], self.config
-        if diverged(m, cfg):
+        if diverged(m, cfg) or collapsed(ep, m, cfg, self.dataset_spec.chance_accuracy):
             self._engine.trainers[i].restore_snapshot()
             self._apply_changes(i, rollback(ep))
             record.finish(reward=step_reward(self._reward_inputs(i, record, rollback=True), cfg),
@@ -258,8 +299,7 @@ class EsperVectorEnv(VectorEnv):
         done = np.zeros(self.num_envs, dtype=bool)
         for i, r in records.items():
             done[i] = r.terminated or r.truncated
-        info = build_step_info(records, self._episodes, self._op_slot, self._blueprint_mask, self._blend_mask,
-                               self.action_masks(), [self._seed_params(i) for i in range(self.num_envs)])
+        info = self._step_info(records)
         obs = self._obs.copy()
         mode = self.metadata["autoreset_mode"]
         if mode == AutoresetMode.NEXT_STEP:
@@ -269,17 +309,24 @@ class EsperVectorEnv(VectorEnv):
         elif done.any():
             final_obs = np.empty(self.num_envs, dtype=object)  # Gymnasium: an object array of observations
             final_obs[:] = list(obs)
-            info = {**info, "final_obs": final_obs, "_final_obs": done, "final_info": info, "_final_info": done}
+            final_info = only_rows(info, done)
             for i in np.flatnonzero(done):
                 self._reset_sub_env(i)
             obs = self._obs.copy()
-            info.update(self._mask_info(done))
+            # SyncVectorEnv's layout: a finished sub-env's top-level info is its reset info alone
+            info = self._step_info({i: r for i, r in records.items() if not done[i]})
+            info.update(final_obs=final_obs, _final_obs=done, final_info=final_info, _final_info=done.copy())
         rewards = np.array([records[i].reward if i in records else 0.0 for i in range(self.num_envs)])
         term = np.array([i in records and records[i].terminated for i in range(self.num_envs)])
         trunc = np.array([i in records and records[i].truncated for i in range(self.num_envs)])
         return obs, rewards, term, trunc, info
 
     # --- helpers ----------------------------------------------------------------------------------------
+    def _step_info(self, records: dict[int, StepRecord]) -> dict[str, Any]:
+        """The info of a step in which the sub-envs of ``records`` stepped (the others count as just reset)."""
+        return build_step_info(records, self._episodes, self._op_slot, self._blueprint_mask, self._blend_mask,
+                               self.action_masks(), [self._seed_params(i) for i in range(self.num_envs)])
+
     def _apply_changes(self, i: int, changes: list[ModuleChange]) -> None:
         trainer = self._engine.trainers[i]
         for change in changes:
@@ -321,3 +368,13 @@ class EsperVectorEnv(VectorEnv):
         engine, self._engine = self._engine, None  # dropped even if closing it raises (a broken CUDA context)
         if engine is not None:
             engine.close()
+
+
+def cifar10_vector_env(num_envs: int = 1, **kwargs: Any) -> EsperVectorEnv:
+    """Vector entry point of the ``Esper-CIFAR10`` ids: refuses ``dataset`` other than ``"cifar10"``."""
+    return EsperVectorEnv(num_envs, **id_kwargs("cifar10", kwargs))
+
+
+def synthetic_vector_env(num_envs: int = 1, **kwargs: Any) -> EsperVectorEnv:
+    """Vector entry point of ``Esper-Synthetic-v0``: refuses ``dataset`` other than ``"synthetic"``."""
+    return EsperVectorEnv(num_envs, **id_kwargs("synthetic", kwargs))

@@ -6,6 +6,7 @@ import ast
 import dataclasses
 import math
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -27,8 +28,15 @@ PARAM_TABLE = np.array([[[seed_param_count(b, c, False), seed_param_count(b, c, 
                          for b in range(len(BLUEPRINT_NAMES))] for c in EnvConfig().host_widths], dtype=float)
 """``[slot, blueprint, gated]`` parameters for the default host (one slot after each block), as the env builds it."""
 
+def _config(**kwargs: Any) -> EnvConfig:
+    """An ``EnvConfig`` whose sparse clip is at least its scale in sparse mode (the config refuses less)."""
+    if kwargs["reward_mode"] == "sparse":
+        kwargs["sparse_clip"] = max(kwargs["sparse_clip"], kwargs["sparse_scale"])
+    return EnvConfig(**kwargs)
+
+
 unmasked_configs = st.builds(
-    EnvConfig,
+    _config,
     dataset=st.just("synthetic"),
     reward_mode=st.sampled_from(["accuracy", "contribution", "sparse"]),
     param_penalty=st.floats(0, 10), param_budget=st.one_of(st.none(), st.integers(0, 10**6)),
@@ -121,10 +129,19 @@ def test_rewards_are_finite_for_any_config(cfg, data):
         assert abs(reward) <= cfg.sparse_clip
 
 
-def test_sparse_reward_is_clipped_after_scaling():
-    cfg = EnvConfig(dataset="synthetic", reward_mode="sparse", sparse_scale=10.0, sparse_clip=1.0, param_penalty=0)
+def test_sparse_reward_keeps_the_order_of_final_accuracies_and_clips_the_cost_side():
+    """clip(scale * (A_T - cost)) with a clip below the scale paid 1.0 for 40%, 60% and 78% alike: such a pair is
+    refused, and with an allowed pair the reward orders final accuracies while the clip still bounds a large
+    parameter cost (the clip is applied after scaling)."""
+    with pytest.raises(ValueError, match=r"^sparse_clip=1.0 is below sparse_scale=2.5"):
+        EnvConfig(dataset="synthetic", reward_mode="sparse", sparse_scale=2.5)
+    EnvConfig(dataset="synthetic", reward_mode="accuracy", sparse_scale=2.5)  # unused outside sparse mode: fine
+    cfg = EnvConfig(dataset="synthetic", reward_mode="sparse", sparse_scale=2.5, sparse_clip=2.5)
     base = RewardInputs(0.5, 0.4, 0.0, 0.0, 100, 0.0, 0.0, (), 0.0, False, False, True, False)
-    assert step_reward(base, cfg) == 1.0  # 10 * 0.5 = 5, clipped to 1 (clipping first would give 5)
+    rewards = [step_reward(base._replace(accuracy=a), cfg) for a in (0.40, 0.60, 0.78, 1.0)]
+    assert rewards == pytest.approx([1.0, 1.5, 1.95, 2.5]) and rewards == sorted(set(rewards))
+    costly = base._replace(seed_params=10**6)  # a cost of 10**6 / 100 * 0.01 = 100 host-sizes
+    assert step_reward(costly, cfg) == -2.5  # 2.5 * (0.5 - 100), clipped after scaling
     assert step_reward(base._replace(last_step=False), cfg) == 0.0
 
 
@@ -140,6 +157,39 @@ def test_shaping_sums_to_zero_over_an_episode_whatever_the_stages_end_in():
                          False)
         total += step_reward(x, cfg)
     assert total == pytest.approx(0.0, abs=1e-12)
+
+
+def test_shaping_telescopes_through_a_rollback():
+    """A rollback ends the episode, so its reward carries the shaping of a step into a terminal state,
+    -Phi_{t-1}: with gamma 1 the shaping still sums to -Phi_0 = 0 and the penalty is all that is left."""
+    cfg = EnvConfig(dataset="synthetic", pbrs_weight=1.0, pbrs_gamma=1.0, param_penalty=0.0, rollback_penalty=0.25)
+    potentials = [0.0, 0.1, 0.3, 0.7]  # Phi_0 .. Phi_{T-1}; the governor rolls back at step T
+    total = 0.0
+    for t in range(1, len(potentials)):
+        x = RewardInputs(0.5, 0.5, 0.0, 0.0, 100, potentials[t], potentials[t - 1], (), 0.0, False, False, False,
+                         False)
+        total += step_reward(x, cfg)
+    rollback = RewardInputs(0.5, 0.5, 0.0, 0.0, 100, 0.0, potentials[-1], (), 0.0, False, False, False, True)
+    assert step_reward(rollback, cfg) == pytest.approx(-0.7 - 0.25)
+    assert total + step_reward(rollback, cfg) == pytest.approx(-0.25, abs=1e-12)
+    sparse = dataclasses.replace(cfg, reward_mode="sparse")  # no shaping in sparse mode, so none to close
+    assert step_reward(rollback, sparse) == -0.25
+
+
+def test_an_episode_ending_in_a_rollback_returns_its_accuracy_gain_minus_the_penalty(tiny):
+    tiny.update(pbrs_weight=1.0, pbrs_gamma=1.0, param_penalty=0.0, rollback_penalty=0.25)
+    env = gym.make("Esper-Synthetic-v0", **tiny)
+    env.reset(seed=2)
+    total, accuracy = 0.0, 0.0
+    for t in range(3):
+        action = np.array([Op.GERMINATE, 0, 5, 0, 0]) if t == 0 else np.zeros(5, dtype=np.int64)
+        _, reward, _, _, info = env.step(action)
+        total, accuracy = total + reward, info["val_accuracy"]
+    assert info["stage"][0] != 0  # a seed whose stage has a potential is live when the host fails
+    env.unwrapped.vector_env.inject_fault(0, "nan_loss")
+    _, reward, terminated, _, info = env.step(np.zeros(5, dtype=np.int64))
+    assert terminated and info["rollback"]
+    assert total + reward == pytest.approx(accuracy - 0.1 - 0.25, abs=1e-9)
 
 
 def test_the_budget_prices_only_the_parameters_past_it():

@@ -215,6 +215,19 @@ def test_renderer_starts_a_new_episode_after_an_autoreset():
     assert renderer.record.epoch == [1]
 
 
+def test_a_same_step_vector_env_renders_the_step_that_ended_the_episode(tiny):
+    """The ending step's values are in final_info (the top-level info is the next episode's reset info): the frame
+    drawn after that step still shows the whole episode, and the next step starts a new one."""
+    tiny["max_epochs"] = 2
+    venv = gym.make_vec(ID, num_envs=2, render_mode="rgb_array", autoreset_mode="SameStep", **tiny)
+    venv.reset(seed=0)
+    for _ in range(2):
+        venv.step(np.zeros((2, 5), dtype=np.int64))
+    assert [r.record.epoch for r in venv.unwrapped._renderers] == [[1, 2], [1, 2]]
+    venv.step(np.zeros((2, 5), dtype=np.int64))
+    assert [r.record.epoch for r in venv.unwrapped._renderers] == [[1], [1]]
+
+
 def test_add_rejects_infos_that_are_not_step_infos():
     record = EpisodeRecord.start(3)
     with pytest.raises(ValueError, match="lacks"):
