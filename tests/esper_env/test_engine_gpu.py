@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable
 
 import gymnasium as gym
@@ -132,3 +133,28 @@ def test_closing_one_env_leaves_an_open_envs_graphs_intact():
     assert open_counts == [1, 1]
     assert Engine._open_graph_engines == 0
     assert _largest_accuracy_difference(solo, beside) <= ACCURACY_TOLERANCE
+
+
+def test_a_pickled_graph_env_continues_like_the_original():
+    """The copy makes its own streams and pools and re-captures its graphs; its trajectory follows the original's
+    within the GPU tolerance, and closing both leaves no graph engine counted open."""
+    envs = gym.make_vec("Esper-Synthetic-v0", num_envs=2, **{**KWARGS, "max_epochs": 6})
+    envs.reset(seed=3)
+    envs.step(np.array([[Op.GERMINATE, 0, 5, 0, 0], [Op.GERMINATE, 1, 6, 2, 0]]))
+    twin = pickle.loads(pickle.dumps(envs))
+    assert Engine._open_graph_engines == 2
+    copied_captures = twin.unwrapped.graph_captures
+    traces = []
+    for env in (envs, twin):
+        trace = []
+        for _ in range(4):
+            _, _, term, trunc, info = env.step(np.zeros((2, 5), dtype=np.int64))
+            trace.append({"acc": info["val_accuracy"], "stage": info["stage"], "alpha": info["alpha"],
+                          "op_slot": info["op_slot_mask"], "term": term, "trunc": trunc})
+        traces.append(trace)
+    assert twin.unwrapped.graph_captures > copied_captures  # its own graphs, captured anew
+    assert _largest_accuracy_difference(*traces) <= ACCURACY_TOLERANCE
+    assert len({float(t["acc"][0]) for t in traces[1]}) > 1  # the copy's host really trains
+    envs.close()
+    twin.close()
+    assert Engine._open_graph_engines == 0
