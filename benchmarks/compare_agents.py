@@ -51,7 +51,7 @@ import numpy as np
 
 import esper_env  # noqa: F401
 from benchmarks.common import device_name, run_stamp, write_atomic, write_json
-from benchmarks.sb3_actor import Sb3Actor
+from benchmarks.sb3_actor import Sb3Actor, save_maskable
 from esper_agent.baselines import RandomValidActor, StaticActor
 from esper_agent.checkpoint import load_checkpoint, save_checkpoint
 from esper_agent.collect import rollout_seed
@@ -108,8 +108,15 @@ class TrainingClock:
 def slice_settings(arm: str, args: argparse.Namespace) -> dict[str, Any]:
     """What shapes a learning slice's training: a paused slice continues only under the same settings."""
     return {"arm": arm, "env": args.env, "env_kwargs": args.env_kwargs, "num_envs": args.num_envs,
-            "budget_epochs": args.budget_epochs,
+            "budget_epochs": args.budget_epochs, **({"horizon": horizon(arm, args)} if arm != "esper_agent" else {}),
             "agent_kwargs": json.loads(args.agent_kwargs) if arm == "esper_agent" else {}}
+
+
+def horizon(arm: str, args: argparse.Namespace) -> str | None:
+    """A learning arm's reading of the end at ``max_epochs`` (:mod:`esper_env.sb3`, "Horizon"); ``None`` if fixed."""
+    if arm in LEARNING_ARMS:  # MaskablePPO reads it as esper_agent does unless --sb3-horizon says otherwise
+        agent = "truncated" if _agent_config(args).bootstrap_truncation else "terminal"
+        return agent if arm == "esper_agent" else args.sb3_horizon or agent
 
 
 def check_saved_settings(saved: Path, settings: dict[str, Any], expected: dict[str, Any]) -> None:
@@ -179,7 +186,7 @@ def train_maskable(args: argparse.Namespace, seed: int, flatten: bool, folder: P
     [saved, saved_curve], settings = saved_state(name, seed, folder), slice_settings(name, args)
     curve: list[dict] = []
     clock = TrainingClock(args.time_limit_s)
-    env = VecMonitor(make_sb3_env(args.env, args.num_envs, flatten=flatten, **args.env_kwargs))
+    env = VecMonitor(make_sb3_env(args.env, args.num_envs, flatten, horizon=horizon(name, args), **args.env_kwargs))
     steps = _env_config(args).max_epochs
     if saved.exists():
         if not saved_curve.exists():
@@ -225,14 +232,6 @@ def train_maskable(args: argparse.Namespace, seed: int, flatten: bool, folder: P
     env.close()
     actor = partial(Sb3Actor, model, flatten, _env_config(args).num_slots)
     return Trained(actor(), curve, clock.total_s(), sampled_actor=actor(deterministic=False, seed=seed))
-
-
-def save_maskable(model: Any, saved: Path, saved_curve: Path, record: dict[str, Any]) -> None:
-    """The model and its curve, each through a temporary file (the model's host-epoch count ties them)."""
-    write_json(saved_curve, record, indent=None)
-    tmp = saved.with_name(f"{saved.stem}.tmp.zip")
-    model.save(tmp)
-    tmp.replace(saved)
 
 
 def _agent_config(args: argparse.Namespace) -> AgentConfig:
@@ -305,7 +304,7 @@ def run_slice(arm: str, seed: int, args: argparse.Namespace, folder: Path) -> di
     write_contact_sheet(records, folder / f"seed{seed}-sheet.png", title=f"{arm} on {args.env}, seed {seed}")
     return {"arm": arm, "seed": seed, "env": args.env, "env_kwargs": args.env_kwargs, "num_envs": args.num_envs,
             "eval_seed_stride": args.eval_seed_stride,
-            "budget_host_epochs": args.budget_epochs if arm in LEARNING_ARMS else 0,
+            "budget_host_epochs": args.budget_epochs if arm in LEARNING_ARMS else 0, "horizon": horizon(arm, args),
             "agent_kwargs": json.loads(args.agent_kwargs) if arm == "esper_agent" else {},
             "agent_config": _agent_config(args).to_dict() if arm == "esper_agent" else None,
             "device": device_name(resolve_device(str(args.env_kwargs.get("device", "auto")))),
@@ -352,6 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "episodes with actions sampled from their policy, not its argmax (sampled_episodes)")
     parser.add_argument("--agent-kwargs", default="{}", help="JSON AgentConfig overrides for esper_agent")
     parser.add_argument("--agent-device", default="auto", help="cpu, cuda or auto (cuda when there is a GPU)")
+    parser.add_argument("--sb3-horizon", choices=("terminal", "truncated"), help="MaskablePPO's reading of the end at "
+                        "max_epochs: 'terminal' ends the return at the last reward (esper_agent's bootstrap_truncation "
+                        "false), 'truncated' adds gamma * V(final observation) to it (true); default: esper_agent's")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/compare"))
     parser.add_argument("--label", default="", help="suffix of each arm's results folder (<arm>-<label>), so that "
                         "one arm can be run with several configs side by side")

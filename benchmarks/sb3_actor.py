@@ -1,13 +1,16 @@
 """A trained Stable-Baselines3 model (MaskablePPO) as an :class:`~esper_agent.baselines.Actor` on the native env,
-so that the head-to-head evaluates it with the same episode driver as every other arm."""
+so that the head-to-head evaluates it with the same episode driver as every other arm; and its save between the
+runs of a slice (:func:`save_maskable`)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from benchmarks.common import write_json
 from esper_agent.distributions import ActionMasks
 from esper_env.wrappers import joint_actions, joint_masks
 
@@ -39,3 +42,11 @@ class Sb3Actor:
                 actions, _ = self.model.predict(obs, action_masks=flat, deterministic=False)
             self.steps += 1
         return self.table[actions] if self.flatten else np.asarray(actions, dtype=np.int64)
+
+
+def save_maskable(model: Any, saved: Path, saved_curve: Path, record: dict[str, Any]) -> None:
+    """The model and its curve, each through a temporary file (the model's host-epoch count ties them)."""
+    write_json(saved_curve, record, indent=None)
+    tmp = saved.with_name(f"{saved.stem}.tmp.zip")
+    model.save(tmp)
+    tmp.replace(saved)
