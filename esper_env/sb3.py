@@ -45,7 +45,7 @@ should read it the same way:
   a limit that the state shows as part of the task). esper_agent's default ``bootstrap_truncation=False`` reads it
   so, and the README ("Does the agent learn") shows the bootstrap undoing what the agent had learned.
 
-The default stays ``"truncated"``, the faithful translation of Gymnasium's flags that SB3 users expect from a
+The default is ``"truncated"``, the faithful translation of Gymnasium's flags that SB3 users expect from a
 ``VecEnv``; ``benchmarks.compare_agents`` passes the reading of its esper_agent arm explicitly. Either way
 ``terminal_observation`` is set when done, and a real termination (a rollback) is never bootstrapped.
 
