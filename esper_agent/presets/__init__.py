@@ -1,7 +1,7 @@
 """Named training configs: ``python -m esper_agent.train --preset <name>``.
 
-Each ``<name>.json`` in this folder is the whole config of one committed result, so that the README's numbers can
-be reproduced by name rather than by copying JSON::
+Each ``<name>.json`` in this folder is the whole config of one committed result, so that the result can be
+reproduced by name rather than by copying JSON::
 
     {"description": "what it trains and why",
      "result": "benchmarks/results/... (the committed result it reproduces)",
