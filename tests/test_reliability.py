@@ -252,6 +252,10 @@ OUT_OF_RANGE: dict[str, st.SearchStrategy] = {
     "pbrs_weight": NOT_FINITE, "fossilize_min_contribution": NOT_FINITE,
     "max_seeds": st.integers(max_value=0) | st.integers(min_value=4),
     "param_budget": st.integers(max_value=-1),
+    "collapse_patience": st.integers(max_value=-1),
+    **{name: NEGATIVE | st.floats(min_value=1.0, exclude_min=True) | st.just(math.nan)
+       for name in ("collapse_accuracy_margin", "collapse_peak")},
+    "collapse_loss_tolerance": NEGATIVE | NOT_FINITE,
     "param_budget_mask": st.just(True),  # alone, i.e. with the default param_budget=None: nothing to enforce
     "host_widths": st.lists(st.integers(max_value=0), min_size=1, max_size=3) | st.just([]),
     "slot_blocks": st.sampled_from([[], [0, 0], [2, 1], [3], [-1]]),
@@ -296,7 +300,7 @@ def test_every_field_has_a_bad_value_strategy() -> None:
 @given(st.sampled_from(sorted(FIELDS)).flatmap(bad_argument), st.booleans())
 def test_bad_kwargs_are_refused_naming_the_field(case: tuple[str, Any, type], vector: bool) -> None:
     field, value, error = case
-    vector = vector or field == "autoreset_mode"  # a vector-face argument: the single env drops it unread
+    vector = vector or field == "autoreset_mode"  # a vector-face argument: the single env refuses any value
     make = gym.make_vec if vector else gym.make
     with pytest.raises(error) as caught:
         make("Esper-Synthetic-v0", **{field: value})
