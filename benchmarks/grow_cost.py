@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from esper_agent.report import mean_ci95
-from esper_env.conditions import CONDITIONS, condition_named, draw_pool, epoch_order, noisy_labels
+from esper_env.conditions import CONDITIONS, Condition, draw_pool, epoch_order, noisy_labels
 from esper_env.config import EnvConfig
 from esper_env.data import Dataset, load_dataset, normalize, random_crop_flip
 from esper_env.family import (
@@ -87,14 +87,20 @@ def _suffix(condition: str) -> str:
     return "" if condition == "full" else f"-{condition}"
 
 
-ARCHITECTURES = {"seedling": SEEDLING, "medium": MEDIUM, "final": FINAL, "largest": LARGEST}
+SMALL = Architecture((32, 64, 64), (0, 0, 0))
+ARCHITECTURES = {"seedling": SEEDLING, "small": SMALL, "medium": MEDIUM, "final": FINAL, "largest": LARGEST}
+HARSH = (Condition("pool2k", pool=2_000), Condition("noise60", label_noise=0.6),
+         Condition("pool5k-noise40", pool=5_000, label_noise=0.4))
+"""Harsher conditions than the env's catalogue, screened here before any joins it."""
+PROBE_CONDITIONS = {c.name: c for c in (*CONDITIONS, *HARSH)}
 
 
 def schedule_arms(epochs: int) -> list[Arm]:
     """Statics on both schedules, and seedling -> FINAL at 10%, 25% and 50% of the run on both."""
     out = []
     for schedule in ("linear", "wsd"):
-        out += [Arm(f"static-{label}-{schedule}", arch, arch, None, schedule) for label, arch in ARCHITECTURES.items()]
+        out += [Arm(f"static-{label}-{schedule}", arch, arch, None, schedule)
+                for label, arch in ARCHITECTURES.items() if arch != SMALL]
         for fraction in (0.1, 0.25, 0.5):
             at = round(fraction * epochs)
             out.append(Arm(f"grow{int(fraction * 100)}-final-{schedule}", SEEDLING, FINAL, at, schedule))
@@ -117,13 +123,21 @@ def condition_arms(epochs: int) -> list[Arm]:
     out = []
     for condition in (c.name for c in CONDITIONS if c.name != "full"):
         out += [Arm(f"static-{label}-wsd-{condition}", arch, arch, None, "wsd", condition=condition)
-                for label, arch in ARCHITECTURES.items()]
+                for label, arch in ARCHITECTURES.items() if arch != SMALL]
         out.append(Arm(f"grow25-final-wsd-boost2-{condition}", SEEDLING, FINAL, round(0.25 * epochs), "wsd",
                        boost=2.0, condition=condition))
     return out
 
 
-ARM_SETS = {"schedules": schedule_arms, "catchup": catchup_arms, "conditions": condition_arms}
+def harsh_arms(epochs: int) -> list[Arm]:
+    """Under wsd: every static size on the harsh conditions, and the small size on every catalogue condition."""
+    out = [Arm(f"static-{label}-wsd{_suffix(c.name)}", arch, arch, None, "wsd", condition=c.name)
+           for c in HARSH for label, arch in ARCHITECTURES.items()]
+    out += [Arm(f"static-small-wsd{_suffix(c.name)}", SMALL, SMALL, None, "wsd", condition=c.name) for c in CONDITIONS]
+    return out
+
+
+ARM_SETS = {"schedules": schedule_arms, "catchup": catchup_arms, "conditions": condition_arms, "harsh": harsh_arms}
 
 
 def learning_rate(step: int, total: int, warmup: int, schedule: str, decay_frac: float) -> float:
@@ -165,7 +179,7 @@ def accuracy(net: FamilyNet, images: torch.Tensor, labels: torch.Tensor, data: D
 
 def training_pool(arm: Arm, data: Dataset, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """The run's pool of training-image indices, and labels indexed by image (noisy inside the pool)."""
-    condition = condition_named(arm.condition)
+    condition = PROBE_CONDITIONS[arm.condition]
     n = len(data.train_x)
     # The full condition draws nothing here, so its runs keep the random stream of the runs made before conditions.
     pool = torch.arange(n, device=gen.device) if condition.pool is None else draw_pool(condition, n, gen)

@@ -52,3 +52,12 @@ def test_training_pool_applies_the_condition_to_the_pool_only() -> None:
     assert "static-largest-wsd-pool5k" in names
     assert grow_cost.Arm("g", grow_cost.SEEDLING, grow_cost.FINAL, 5, "wsd", condition="pool5k").static_twin == (
         "static-final-wsd-pool5k")
+
+
+def test_committed_table_is_what_the_report_computes_from_its_slices(tmp_path: Path) -> None:
+    committed = Path(__file__).parent.parent / "benchmarks" / "results" / "grow_cost"
+    for slice_file in committed.glob("*.jsonl"):
+        (tmp_path / slice_file.name).write_text(slice_file.read_text())
+    grow_cost.report(tmp_path)
+    assert (tmp_path / "table.md").read_text() == (committed / "table.md").read_text()
+    assert (tmp_path / "summary.json").read_text() == (committed / "summary.json").read_text()
