@@ -16,7 +16,7 @@ policy, and its argmax can differ where it leans on rare actions. Seed ``k``'s e
 ``EVAL_SEED_OFFSET + k * stride + i`` (``--eval-seed-stride``): every arm plays the same episodes for one seed
 (paired), and different seeds play different episodes (stride 1, kept for old campaigns, overlaps them;
 ``compare_report`` then counts only episodes no other seed of the arm is credited with). Existing slices are
-skipped, so a campaign larger than one session's device time is split over runs (``benchmarks.campaign`` runs one
+skipped, so a campaign longer than one run on a GPU is split over runs (``benchmarks.campaign`` runs one
 process per slice over the GPUs); ``benchmarks/compare_report.py`` rebuilds the table and learning curves.
 
 A learning arm's training can span runs and survive a lost machine: every learning slice saves its training state

@@ -55,7 +55,6 @@ MOMENTUM = 0.9
 WEIGHT_DECAY = 5e-4
 LABEL_SMOOTHING = 0.2
 TRANSLATE = 2  # pixels
-NUM_CLASSES = 10
 
 SEEDLING = Architecture((16, 32, 32), (0, 0, 0))
 MEDIUM = Architecture((32, 64, 64), (0, 1, 1))
@@ -184,7 +183,7 @@ def training_pool(arm: Arm, data: Dataset, gen: torch.Generator) -> tuple[torch.
     # The full condition draws nothing here, so its runs keep the random stream of the runs made before conditions.
     pool = torch.arange(n, device=gen.device) if condition.pool is None else draw_pool(condition, n, gen)
     labels = data.train_y.clone()
-    labels[pool] = noisy_labels(data.train_y[pool], condition, NUM_CLASSES, gen)
+    labels[pool] = noisy_labels(data.train_y[pool], condition, data.spec.num_classes, gen)
     return pool, labels
 
 
@@ -193,7 +192,8 @@ def train(arm: Arm, seed: int, data: Dataset, epochs: int) -> dict:
     torch.manual_seed(seed)
     gen = torch.Generator(device=device).manual_seed(seed)
     cpu_gen = torch.Generator().manual_seed(seed)
-    net = FamilyNet(arm.start, NUM_CLASSES).to(device, memory_format=torch.channels_last)
+    spec = data.spec
+    net = FamilyNet(arm.start, spec.num_classes, spec.channels).to(device, memory_format=torch.channels_last)
     opt = torch.optim.SGD(net.parameters(), lr=PEAK_LR, momentum=MOMENTUM, nesterov=True, weight_decay=WEIGHT_DECAY)
     n = len(data.train_x)
     pool, labels = training_pool(arm, data, gen)
@@ -218,7 +218,7 @@ def train(arm: Arm, seed: int, data: Dataset, epochs: int) -> dict:
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-        flops += 3 * forward_flops(net.arch, data.image_size) * per_epoch * BATCH
+        flops += 3 * forward_flops(net.arch, spec.image_size, spec.num_classes, spec.channels) * per_epoch * BATCH
         val_curve.append(accuracy(net, data.val_x, data.val_y, data, tta=False))
     seconds = time.perf_counter() - started
     return {**asdict(arm), "seed": seed, "epochs": epochs,

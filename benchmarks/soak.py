@@ -124,6 +124,7 @@ class FaultInjector(VectorWrapper):
     def _account(self, faults: dict[int, str], rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
                  info: dict[str, Any]) -> None:
         c, n = self.counts, self.num_envs
+        info = stepped_info(info, n)
         stepped = np.asarray(info.get("_rollback", np.ones(n, bool)), bool)
         rollback = np.asarray(info.get("rollback", np.zeros(n, bool)), bool) & stepped
         invalid = np.asarray(info.get("invalid_action", np.zeros(n, bool)), bool)
@@ -145,6 +146,28 @@ class FaultInjector(VectorWrapper):
                                  "rollback": bool(rollback[index]), "terminated": bool(terminated[index]),
                                  "stepped": bool(stepped[index])} | _measured(info, index))
         c.unprovoked_rollbacks += int((rollback & ~injected).sum())
+
+
+def stepped_info(info: dict[str, Any], num_envs: int) -> dict[str, Any]:
+    """The info of the step just taken, for every sub-env.
+
+    Under SameStep autoreset a sub-env that finished has its reset info in the top-level row and the step's
+    own row in ``final_info`` (as Gymnasium's ``SyncVectorEnv`` lays it out): take those rows from there.
+    """
+    done = np.asarray(info.get("_final_info", np.zeros(num_envs, bool)), bool)
+    if not done.any():
+        return info
+    merged = dict(info)
+    for key, value in info["final_info"].items():
+        if isinstance(value, dict):
+            continue
+        value = np.asarray(value)
+        if key.startswith("_"):  # final_info's flags are already cleared outside the finished rows
+            merged[key] = np.asarray(info.get(key, np.zeros(num_envs, bool)), bool) | value
+        else:
+            here = np.asarray(info[key]) if key in info else np.zeros_like(value)
+            merged[key] = np.where(done.reshape(-1, *[1] * (value.ndim - 1)), value, here)
+    return merged
 
 
 def _measured(info: dict[str, Any], index: int) -> dict[str, float]:

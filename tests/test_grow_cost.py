@@ -41,7 +41,8 @@ def test_learning_rate_schedules() -> None:
 
 
 def test_training_pool_applies_the_condition_to_the_pool_only() -> None:
-    data = SimpleNamespace(train_x=torch.zeros(2000, 3, 4, 4), train_y=torch.arange(2000) % 10)
+    data = SimpleNamespace(train_x=torch.zeros(2000, 3, 4, 4), train_y=torch.arange(2000) % 10,
+                           spec=SimpleNamespace(num_classes=10))
     arm = grow_cost.Arm("a", grow_cost.SEEDLING, grow_cost.SEEDLING, None, "wsd", condition="pool15k-noise20")
     with pytest.raises(ValueError, match="needs a pool of 15000"):
         grow_cost.training_pool(arm, data, torch.Generator().manual_seed(0))
