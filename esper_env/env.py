@@ -84,7 +84,9 @@ class EsperEnv(gym.Env):
     part past ``param_budget``, when one is set), plus optional stage shaping
     (``pbrs_weight``, discount ``pbrs_gamma``) and op costs; the return telescopes to final accuracy minus
     chance minus the parameter cost. ``"contribution"`` and ``"sparse"`` modes: see ``esper_env.rewards``.
-    A governor rollback gives ``-rollback_penalty``.
+    A governor rollback gives ``-rollback_penalty - pbrs_weight * Phi_{t-1}`` (``-rollback_penalty`` alone in
+    ``"sparse"`` mode), where ``Phi_{t-1}`` is the slots' summed ``stage_potentials`` before the step: the shaping
+    of a move into a terminal state, so that the shaping of an episode with a rollback still telescopes.
 
     ## Starting State
     Fresh host weights (from the reset seed), every slot DORMANT, the observation's measurements unknown (-1).
@@ -122,7 +124,11 @@ class EsperEnv(gym.Env):
     raise ``RuntimeError``. The env pickles (and deep-copies): the copy continues exactly as the original would.
 
     ## Version History
-    * v0: initial release.
+    * v0: initial release. Changed before it was released: under ``autoreset_mode="SameStep"`` a finished
+      sub-env's top-level info is its reset info alone and the finished step's info is in ``info["final_info"]``;
+      a rollback's reward carries the shaping term; a host collapsed to chance is rolled back like a diverged one
+      (the ``collapse_*`` arguments); ``reward_mode="sparse"`` refuses a ``sparse_clip`` below ``sparse_scale``,
+      which would pay the same saturated reward for different final accuracies.
     """
 
     __doc__ = fill_env_doc(__doc__)  # the catalogue and layout parts of the text above, from esper_env.spaces
