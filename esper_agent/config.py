@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+# The env's config already turns numpy scalars into Python values by field annotation; one rule for both configs.
+from esper_env.config import _plain as _plain_value
+
 
 @dataclass(frozen=True)
 class AgentConfig:
@@ -123,6 +126,7 @@ class AgentConfig:
     """Write a checkpoint every this many updates (updates); the last update is always saved."""
 
     def __post_init__(self) -> None:
+        _plain_numbers(self)
         _validate(self)
 
     def to_dict(self) -> dict[str, Any]:
@@ -154,6 +158,17 @@ _POSITIVE = ("clip_coef", "learning_rate", "adam_eps", "max_grad_norm", "obs_cli
 _NON_NEGATIVE = ("ent_coef", "reference_kl_coef", "vf_coef", "target_kl", "anomaly_ratio_min",
                  "anomaly_value_std_ratio", "wait_prior", "prune_prior")
 _NON_NEGATIVE_INT = ("imitation_updates", "select_best_window", "reference_kl_updates")
+
+
+def _plain_numbers(cfg: AgentConfig) -> None:
+    """Numpy scalars of a field's kind become Python values, so that sweeps built with numpy work and config.json
+    and checkpoints hold plain JSON types: an int field takes numpy integers, a float field numpy integers and
+    floats; a bool field takes no numpy scalar (``np.bool_`` is then refused by the type check)."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        plain = _plain_value(value, str(f.type))
+        if plain is not value:
+            object.__setattr__(cfg, f.name, plain)  # frozen: __post_init__ is the one place a field is normalised
 
 
 def _validate(cfg: AgentConfig) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
+import numpy as np
 import pytest
 
 from esper_agent.config import AgentConfig, field_help
@@ -50,6 +52,27 @@ def test_from_dict_round_trip_and_unknown_keys() -> None:
     with pytest.raises(ValueError, match="bogus"):
         AgentConfig.from_dict({"bogus": 1})
 
+
+def test_numpy_scalars_of_a_fields_kind_are_stored_as_python_values() -> None:
+    """Sweeps built with numpy pass ``np.int64`` and ``np.float32``; the config keeps plain Python numbers so
+    that config.json and checkpoints hold JSON types."""
+    cfg = AgentConfig(rollout_steps=np.int64(4), learning_rate=np.float32(1e-3), gamma=np.float64(0.99),
+                      clip_coef=np.int32(1))
+    assert type(cfg.rollout_steps) is int and cfg.rollout_steps == 4
+    assert type(cfg.learning_rate) is float and cfg.learning_rate == pytest.approx(1e-3)
+    # An integer in a float field stays an integer, as a Python 1 passed there does.
+    assert type(cfg.gamma) is float and type(cfg.clip_coef) is int and cfg.clip_coef == 1
+    restored = AgentConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+    assert restored == cfg
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("rollout_steps", np.float64(4.0)), ("hidden_size", np.bool_(True)), ("gamma", np.bool_(True)),
+    ("anneal_lr", np.bool_(True)), ("update_epochs", True), ("learning_rate", False),
+])
+def test_numbers_of_the_wrong_kind_are_refused(field: str, value: object) -> None:
+    with pytest.raises(TypeError, match=field):
+        AgentConfig(**{field: value})
 
 
 def test_a_dict_from_before_a_field_existed_gets_what_runs_did_then() -> None:
