@@ -4,12 +4,13 @@ runnable; the committed results under benchmarks/results came from their GPU or 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from benchmarks.studies import grouped, growth_screen, heuristic_budget, host_alone, imitation_probe
+from benchmarks.studies import collapse, grouped, growth_screen, heuristic_budget, host_alone, imitation_probe
 from esper_agent.distributions import ActionMasks
 from esper_env.config import EnvConfig
 from esper_env.host import build_host
@@ -199,3 +200,17 @@ def test_grouped_host_is_the_same_function_as_separate_hosts(train: bool) -> Non
     no_slots = torch.zeros(2), torch.zeros(2, 2)  # two empty slots
     separate = torch.stack([host(x, *no_slots) for host, x in zip(hosts, images, strict=True)], dim=1)
     torch.testing.assert_close(model(grouped.interleave(images)), separate, rtol=1e-5, atol=1e-5)
+
+
+def test_collapse_study_records_curves_and_rollbacks(tmp_path: Path) -> None:
+    out = tmp_path / "collapse.json"
+    kwargs = {"device": "cpu", "max_epochs": 3, "synthetic_train_size": 128, "synthetic_val_size": 32,
+              "synthetic_test_size": 16, "batch_size": 32, "eval_batch_size": 32, "synthetic_image_size": 8}
+    collapse.main(["--env", "Esper-Synthetic-v0", "--seeds", "2", "--env-kwargs", json.dumps(kwargs),
+                   "--out", str(out)])
+    result = json.loads(out.read_text())
+    # a sub-env's record stops at its rollback (this tiny host at the default lr diverges in one of the two)
+    ends = [3 if at is None else at + 1 for at in result["rollback_epoch"]]
+    assert [len(c) for c in result["val_curves"]] == ends
+    assert result["rolled_back"] == sum(at is not None for at in result["rollback_epoch"])
+    assert result["device"] and "git_commit" in result
