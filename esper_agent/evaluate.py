@@ -31,6 +31,7 @@ from esper_agent.baselines import Actor, RandomValidActor, StaticActor
 from esper_agent.checkpoint import load_checkpoint
 from esper_agent.collect import EpisodeRecord, EpisodeTracker, masks_to_device
 from esper_agent.config import AgentConfig
+from esper_agent.contracts import episode_length
 from esper_agent.distributions import ActionMasks
 from esper_agent.envs import EnvStep, VectorEnvDriver
 from esper_agent.heuristic import HeuristicActor
@@ -136,13 +137,6 @@ class TimelineRecorder:
             timelines.append(finished[taken[record.env]])
             taken[record.env] += 1
         return timelines
-
-
-def env_max_epochs(envs: Any) -> int | None:
-    """The episode length an Esper vector env was configured with (``config.max_epochs``), else None."""
-    unwrapped = getattr(envs, "unwrapped", envs)
-    value = getattr(getattr(unwrapped, "config", None), "max_epochs", None) or getattr(unwrapped, "max_epochs", None)
-    return value if isinstance(value, int) and value >= 1 else None
 
 
 def policy_from_checkpoint(payload: dict[str, Any], device: str | torch.device, last: bool = False
@@ -290,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     envs = make_envs(env_id, num_envs, env_kwargs)
     try:
         driver = VectorEnvDriver(envs)
-        recorder = TimelineRecorder(driver, env_max_epochs(envs))
+        recorder = TimelineRecorder(driver, episode_length(envs))
         records = run_episodes(driver, make_actor(args, payload, driver), args.episodes, args.seed, recorder)
     finally:
         envs.close()

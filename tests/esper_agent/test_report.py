@@ -18,6 +18,7 @@ import esper_env  # noqa: F401  (registers the Esper ids)
 from esper_agent import evaluate, train
 from esper_agent.baselines import RandomValidActor
 from esper_agent.collect import EpisodeRecord
+from esper_agent.contracts import episode_length
 from esper_agent.envs import VectorEnvDriver
 from esper_agent.report import SeedCounts, build_report, count_seeds, op_summary, seed_events
 from esper_env.lifecycle import Stage
@@ -142,13 +143,24 @@ def test_heuristic_writes_timelines_a_contact_sheet_and_a_report(mode: str, tmp_
     assert table["policy"] == "heuristic" and table["checkpoint"] is None and len(table["episodes"]) == 3
 
 
+def test_timelines_know_the_episode_length_of_a_gymnasium_sync_vector_env(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SyncVectorEnv has no config of its own: the length is read from its sub-envs, as training reads it."""
+    monkeypatch.chdir(tmp_path)
+    kwargs = {**TINY, "vectorization_mode": "sync"}
+    assert evaluate.main(["--policy", "static", "--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(kwargs),
+                          "--num-envs", "2", "--episodes", "2"]) == 0
+    timelines = json.loads((tmp_path / "Esper-Synthetic-v0.static.eval" / "episodes.json").read_text())["episodes"]
+    assert [t["max_epochs"] for t in timelines] == [TINY["max_epochs"]] * 2
+
+
 def test_timelines_agree_with_the_executed_ops_and_the_episode_records() -> None:
     """Every GERMINATE, PRUNE and FOSSILIZE the env executed shows up as a stage change in the timeline of the
     same episode (a tiny host diverges now and then on its first epoch: rollbacks are in the sample)."""
     envs = gym.make_vec("Esper-Synthetic-v0", num_envs=2, **{**TINY, "autoreset_mode": "SameStep"})
     try:
         driver = VectorEnvDriver(envs)
-        recorder = evaluate.TimelineRecorder(driver, evaluate.env_max_epochs(envs))
+        recorder = evaluate.TimelineRecorder(driver, episode_length(envs))
         records = evaluate.run_episodes(driver, RandomValidActor(driver.head_sizes, seed=1), 5, 3, recorder)
     finally:
         envs.close()
