@@ -14,7 +14,7 @@ The recipe's hyperparameters are the fast-recipe family's (batch 512, Nesterov S
 weight decay 5e-4, label smoothing 0.2, flip + 2-pixel translate): facts from the recipes, code our own.
 
     python -m benchmarks.grow_cost --data-dir DIR --set schedules --seeds 0 1 2 --out slice.jsonl [--shard 0/4]
-    python -m benchmarks.grow_cost --report benchmarks/results/grow_cost   # table.md + summary.json
+    python -m benchmarks.grow_cost --report benchmarks/results/grow_cost   # benchmarks.grow_report
 
 Each finished run appends one JSON line (arm, seed, test accuracy, params, training FLOPs, the validation
 accuracy after every epoch, seconds); ``--shard i/n`` runs every n-th (arm, seed) pair so several processes
@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -34,7 +32,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from esper_agent.report import mean_ci95
+from benchmarks import grow_report
 from esper_env.conditions import CONDITIONS, Condition, draw_pool, epoch_order, noisy_labels
 from esper_env.config import EnvConfig
 from esper_env.data import Dataset, load_dataset, normalize, random_crop_flip
@@ -73,6 +71,11 @@ class Arm:
     boost: float = 1.0  # gradient multiplier of the entries new at growth (a per-entry lr factor)
     noise: float = 0.01  # symmetry-breaking noise of split channels, relative to the weight's std
     condition: str = "full"  # the training condition (esper_env.conditions)
+
+    @property
+    def plan(self) -> str:
+        """The arm's name without its condition: the fixed plan it runs."""
+        return self.name.removesuffix(_suffix(self.condition))
 
     @property
     def static_twin(self) -> str:
@@ -227,44 +230,12 @@ def train(arm: Arm, seed: int, data: Dataset, epochs: int) -> dict:
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
 
 
-def summarize(rows: list[dict], epochs: int = 20) -> list[dict]:
-    """One row per arm: test accuracy (mean, 95% CI, SD over seeds) and the paired gap to its static twin."""
-    known = {arm.name: arm for make in ARM_SETS.values() for arm in make(epochs)}
-    by_arm: dict[str, dict[int, float]] = {}
-    for row in rows:
-        by_arm.setdefault(row["name"], {})[row["seed"]] = 100 * row["test_accuracy"]
-    facts = {row["name"]: row for row in rows}
-    out = []
-    for name, accs in sorted(by_arm.items()):
-        mean, ci = mean_ci95(list(accs.values()))
-        twin = by_arm.get(known[name].static_twin, {}) if known[name].grow_epoch is not None else {}
-        gaps = [accs[s] - twin[s] for s in accs if s in twin]
-        gap, gap_ci = mean_ci95(gaps)
-        sd = statistics.stdev(accs.values()) if len(accs) > 1 else math.nan
-        out.append({"arm": name, "seeds": sorted(accs), "test_accuracy": mean, "test_ci95": ci, "test_sd": sd,
-                    "params": facts[name]["params"], "train_pflops": facts[name]["train_flops"] / 1e15,
-                    "minus_static_twin": gap, "minus_static_twin_ci95": gap_ci,
-                    "device": facts[name]["device"]})
-    return out
-
-
-def table(summary: list[dict]) -> str:
-    lines = ["| arm | seeds | test % (95% CI) | SD | params | train PFLOPs | − static twin, paired (pp) |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
-    for r in summary:
-        gap, ci = r["minus_static_twin"], r["minus_static_twin_ci95"]
-        gap = "" if math.isnan(gap) else f"{gap:+.2f} ± {ci:.2f}"
-        lines.append(f"| {r['arm']} | {len(r['seeds'])} | {r['test_accuracy']:.2f} ± {r['test_ci95']:.2f} | "
-                     f"{r['test_sd']:.2f} | {r['params']:,} | {r['train_pflops']:.3f} | {gap} |")
-    return "\n".join(lines) + "\n"
-
-
-def report(folder: Path) -> None:
-    """Rebuild ``summary.json`` and ``table.md`` in ``folder`` from every ``*.jsonl`` slice in it."""
-    rows = [json.loads(line) for path in sorted(folder.glob("*.jsonl")) for line in path.read_text().splitlines()]
-    summary = summarize(rows)
-    (folder / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    (folder / "table.md").write_text(table(summary))
+def report(folder: Path, epochs: int = 20) -> None:
+    """Rebuild the folder's tables (``benchmarks.grow_report``) with every arm this module defines."""
+    arms = {arm.name: arm for make in ARM_SETS.values() for arm in make(epochs)}
+    catalogue = [c.name for c in CONDITIONS]
+    condition_sets = {"catalogue": catalogue, "catalogue+harsh": [*catalogue, *(c.name for c in HARSH)]}
+    grow_report.report(folder, arms, condition_sets)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -280,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, help="JSON-lines file to append results to")
     args = parser.parse_args(argv)
     if args.report:
-        report(args.report)
+        report(args.report, args.epochs)
         return
     if args.out is None:
         parser.error("--out is required to train")

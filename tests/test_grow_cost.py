@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from benchmarks import grow_cost
+from benchmarks import grow_cost, grow_report
 
 
 def test_grow_cost_trains_grows_boosts_and_reports(tmp_path: Path) -> None:
@@ -61,4 +61,26 @@ def test_committed_table_is_what_the_report_computes_from_its_slices(tmp_path: P
         (tmp_path / slice_file.name).write_text(slice_file.read_text())
     grow_cost.report(tmp_path)
     assert (tmp_path / "table.md").read_text() == (committed / "table.md").read_text()
-    assert (tmp_path / "summary.json").read_text() == (committed / "summary.json").read_text()
+    for name in ("summary.json", "oracle.md"):
+        assert (tmp_path / name).read_text() == (committed / name).read_text()
+
+
+def test_oracle_gap_is_paired_by_seed() -> None:
+    # plan "big" wins condition "a" by 4 points, plan "small" wins "b" by 2; FLOPs: big 1.0, small 0.5 (units)
+    accuracy = {("big", "a"): 0.90, ("small", "a"): 0.86, ("big", "b"): 0.70, ("small", "b"): 0.72}
+    rows, arms = [], {}
+    for (plan, condition), acc in accuracy.items():
+        name = f"{plan}-{condition}"
+        arms[name] = SimpleNamespace(plan=plan, condition=condition, grow_epoch=None, static_twin=name)
+        for seed, shift in ((0, 0.0), (1, 0.01)):
+            rows.append({"name": name, "seed": seed, "test_accuracy": acc + shift,
+                         "train_flops": 1.0 if plan == "big" else 0.5, "params": 1, "device": "cpu"})
+    rows.append({"name": "static-largest-wsd", "seed": 0, "test_accuracy": 0.5, "train_flops": 1.0, "params": 1,
+                 "device": "cpu"})
+    arms["static-largest-wsd"] = SimpleNamespace(plan="largest", condition="full", grow_epoch=None, static_twin="")
+    free = grow_report.oracle_gap(rows, arms, ["a", "b"], price=0.0)
+    assert free["best_single"] == "big" and free["oracle"] == {"a": "big", "b": "small"}
+    assert abs(free["gap"] - 1.0) < 1e-9 and free["gap_ci95"] < 1e-9  # (0 + 2) / 2 on both seeds
+    priced = grow_report.oracle_gap(rows, arms, ["a", "b"], price=10.0)  # big costs 10 points, small 5
+    assert priced["best_single"] == "small" and priced["oracle"] == {"a": "small", "b": "small"}
+    assert priced["gap"] == 0.0

@@ -1,0 +1,114 @@
+"""The tables of ``benchmarks.grow_cost``: per-arm accuracy with paired gaps, and the oracle over fixed plans.
+
+Rebuilt from the JSON-lines slices in a folder (``python -m benchmarks.grow_cost --report <folder>``):
+
+* ``table.md`` / ``summary.json``: per arm, test accuracy over seeds (mean, Student-t 95% CI, SD), parameters,
+  training FLOPs, and for a grown arm the paired (by seed) gap to its static twin (the same final architecture
+  trained static with the same schedule and condition);
+* ``oracle.md``: the acceptance screen's criterion 3 on these arms. Return = test % − ``price`` × training
+  FLOPs / the largest static net's. A *plan* is an arm run under every condition of a set; the best single plan
+  has the highest mean return over the set's conditions, the per-condition oracle takes each condition's best
+  plan (chosen knowing the condition, on the same seeds, as the screen defines it), and the gap is paired by
+  seed over the seeds every (plan, condition) pair has.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from esper_agent.report import mean_ci95
+
+PRICES = (0.0, 1.0, 2.0, 5.0, 8.0, 10.0)  # return points per largest-static-net's training FLOPs
+REFERENCE_ARM = "static-largest-wsd"  # whose training FLOPs are the price's unit
+
+
+def summarize(rows: list[dict], arms: Mapping[str, Any]) -> list[dict]:
+    """One row per arm: test accuracy (mean, 95% CI, SD over seeds) and the paired gap to its static twin."""
+    by_arm = _accuracies(rows)
+    facts = {row["name"]: row for row in rows}
+    out = []
+    for name, accs in sorted(by_arm.items()):
+        mean, ci = mean_ci95(list(accs.values()))
+        twin = by_arm.get(arms[name].static_twin, {}) if arms[name].grow_epoch is not None else {}
+        gap, gap_ci = mean_ci95([accs[s] - twin[s] for s in accs if s in twin])
+        sd = statistics.stdev(accs.values()) if len(accs) > 1 else math.nan
+        out.append({"arm": name, "seeds": sorted(accs), "test_accuracy": mean, "test_ci95": ci, "test_sd": sd,
+                    "params": facts[name]["params"], "train_pflops": facts[name]["train_flops"] / 1e15,
+                    "minus_static_twin": gap, "minus_static_twin_ci95": gap_ci, "device": facts[name]["device"]})
+    return out
+
+
+def _accuracies(rows: list[dict]) -> dict[str, dict[int, float]]:
+    by_arm: dict[str, dict[int, float]] = {}
+    for row in rows:
+        by_arm.setdefault(row["name"], {})[row["seed"]] = 100 * row["test_accuracy"]
+    return by_arm
+
+
+def table(summary: list[dict]) -> str:
+    lines = ["| arm | seeds | test % (95% CI) | SD | params | train PFLOPs | − static twin, paired (pp) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in summary:
+        gap, ci = r["minus_static_twin"], r["minus_static_twin_ci95"]
+        gap = "" if math.isnan(gap) else f"{gap:+.2f} ± {ci:.2f}"
+        lines.append(f"| {r['arm']} | {len(r['seeds'])} | {r['test_accuracy']:.2f} ± {r['test_ci95']:.2f} | "
+                     f"{r['test_sd']:.2f} | {r['params']:,} | {r['train_pflops']:.3f} | {gap} |")
+    return "\n".join(lines) + "\n"
+
+
+def oracle_gap(rows: list[dict], arms: Mapping[str, Any], conditions: Sequence[str], price: float) -> dict | None:
+    """Criterion 3 on ``conditions`` at ``price``: best single plan, per-condition oracle, paired gap."""
+    by_arm = _accuracies(rows)
+    flops = {row["name"]: row["train_flops"] for row in rows}
+    if REFERENCE_ARM not in flops:
+        return None
+    unit = flops[REFERENCE_ARM]
+    plans: dict[str, dict[str, str]] = {}  # plan -> condition -> arm name
+    for name in by_arm:
+        plans.setdefault(arms[name].plan, {})[arms[name].condition] = name
+    plans = {p: by_c for p, by_c in plans.items() if all(c in by_c for c in conditions)}
+    if len(plans) < 2:
+        return None
+    seeds = sorted(set.intersection(*(set(by_arm[n]) for by_c in plans.values() for n in by_c.values())))
+    if len(seeds) < 2:
+        return None
+
+    def ret(plan: str, condition: str, seed: int) -> float:
+        name = plans[plan][condition]
+        return by_arm[name][seed] - price * flops[name] / unit
+
+    def mean_return(plan: str, condition_set: Sequence[str]) -> float:
+        return statistics.mean(ret(plan, c, s) for c in condition_set for s in seeds)
+
+    best = max(plans, key=lambda p: mean_return(p, conditions))
+    oracle = {c: max(plans, key=lambda p, c=c: mean_return(p, [c])) for c in conditions}
+    gaps = [statistics.mean(ret(oracle[c], c, s) - ret(best, c, s) for c in conditions) for s in seeds]
+    gap, ci = mean_ci95(gaps)
+    return {"price": price, "conditions": list(conditions), "plans": sorted(plans), "seeds": seeds,
+            "best_single": best, "oracle": oracle, "gap": gap, "gap_ci95": ci}
+
+
+def oracle_table(results: list[dict]) -> str:
+    lines = ["| conditions | price | plans | seeds | best single plan | oracle's plans | oracle − best (95% CI) |",
+             "|---|---:|---:|---:|---|---|---:|"]
+    for r in results:
+        picks = ", ".join(f"{c}: {p}" for c, p in r["oracle"].items())
+        lines.append(f"| {', '.join(r['conditions'])} | {r['price']:g} | {len(r['plans'])} | {len(r['seeds'])} | "
+                     f"{r['best_single']} | {picks} | {r['gap']:+.2f} ± {r['gap_ci95']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def report(folder: Path, arms: Mapping[str, Any], condition_sets: Mapping[str, Sequence[str]]) -> None:
+    """Rebuild ``summary.json``, ``table.md`` and ``oracle.md`` in ``folder`` from its ``*.jsonl`` slices."""
+    rows = [json.loads(line) for path in sorted(folder.glob("*.jsonl")) for line in path.read_text().splitlines()]
+    summary = summarize(rows, arms)
+    (folder / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (folder / "table.md").write_text(table(summary))
+    results = [r for conditions in condition_sets.values() for price in PRICES
+               if (r := oracle_gap(rows, arms, conditions, price)) is not None]
+    (folder / "oracle.md").write_text(oracle_table(results))
