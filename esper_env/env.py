@@ -6,11 +6,11 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.envs.registration import EnvSpec
 
-from esper_env.env_spec import describe, id_kwargs
+from esper_env import masks
+from esper_env.env_spec import SpecAttribute, id_kwargs
 from esper_env.render import RENDER_METADATA
-from esper_env.spaces import Head, fill_env_doc
+from esper_env.spaces import fill_env_doc
 from esper_env.vector_env import EsperVectorEnv
 
 
@@ -133,7 +133,7 @@ class EsperEnv(gym.Env):
 
     __doc__ = fill_env_doc(__doc__)  # the catalogue and layout parts of the text above, from esper_env.spaces
     metadata: dict[str, Any] = dict(RENDER_METADATA)
-    _spec: EnvSpec | None = None
+    spec = SpecAttribute()
 
     def __init__(self, render_mode: str | None = None, **kwargs: Any) -> None:
         if "autoreset_mode" in kwargs:  # the single env only resets when told: the argument would be ignored
@@ -160,15 +160,6 @@ class EsperEnv(gym.Env):
     def vector_env(self) -> EsperVectorEnv:
         return self._vector
 
-    @property
-    def spec(self) -> EnvSpec | None:
-        """What ``gym.make`` recorded, made true for this env (``esper_env.env_spec.describe``)."""
-        return self._spec
-
-    @spec.setter
-    def spec(self, value: EnvSpec | None) -> None:
-        self._spec = describe(value, self.config)
-
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0):
             raise ValueError(f"seed={seed!r}; expected None or an integer >= 0")
@@ -184,7 +175,11 @@ class EsperEnv(gym.Env):
         return obs[0].copy(), self._unbatch(info)
 
     def step(self, action: Any):
-        obs, reward, terminated, truncated, info = self._vector.step(self._checked(action)[None])
+        self._vector._require_open("step()")
+        if self._vector._finished[0]:  # before the first reset or once an episode ended (autoreset is off here)
+            raise RuntimeError("step() before reset() or after the episode ended; call reset()")
+        actions = masks.validate_actions(action, None, self.action_space.nvec)  # errors in this env's terms
+        obs, reward, terminated, truncated, info = self._vector.step(actions)
         return obs[0].copy(), float(reward[0]), bool(terminated[0]), bool(truncated[0]), self._unbatch(info)
 
     def render(self) -> np.ndarray | None:
@@ -204,21 +199,6 @@ class EsperEnv(gym.Env):
 
     def blend_mask(self) -> np.ndarray:
         return self._vector.blend_masks()[0]
-
-    def _checked(self, action: Any) -> np.ndarray:
-        """The action as int64 ``(num_heads,)``; a malformed one raises ``ValueError`` in this env's terms (the
-        vector env checks again, in its own)."""
-        array, nvec = np.asarray(action), self.action_space.nvec
-        heads = tuple(h.name.lower() for h in Head)
-        if array.shape != nvec.shape:
-            raise ValueError(f"action has shape {array.shape}; expected {nvec.shape}, one value per head {heads}")
-        if array.dtype.kind not in "iu":
-            raise ValueError(f"action {array.tolist()} has dtype {array.dtype}; expected integers")
-        bad = np.flatnonzero((array < 0) | (array >= nvec))
-        if bad.size:
-            head = int(bad[0])
-            raise ValueError(f"action head '{heads[head]}' is {array[head]}; expected an integer in [0, {nvec[head]})")
-        return array.astype(np.int64)
 
     def _unbatch(self, info: dict[str, Any]) -> dict[str, Any]:
         out = {}

@@ -46,9 +46,9 @@ def id_kwargs(dataset: str, kwargs: dict[str, Any]) -> dict[str, Any]:
 def check_episode_steps(max_episode_steps: Any, cfg: EnvConfig) -> None:
     """Refuse a ``max_episode_steps`` other than the episode length (``None`` or ``max_epochs`` pass)."""
     if max_episode_steps is not None and max_episode_steps != cfg.max_epochs:
-        raise ValueError(f"max_episode_steps={max_episode_steps!r} would end episodes before the host's "
-                         f"{cfg.max_epochs} epochs (max_epochs); expected None or {cfg.max_epochs}: to change the "
-                         "episode length, set max_epochs")
+        raise ValueError(f"max_episode_steps={max_episode_steps!r} differs from the episode length "
+                         f"max_epochs={cfg.max_epochs}; expected None or {cfg.max_epochs}: to change the episode "
+                         "length, set max_epochs")
 
 
 def describe(spec: EnvSpec | None, cfg: EnvConfig) -> EnvSpec | None:
@@ -57,6 +57,19 @@ def describe(spec: EnvSpec | None, cfg: EnvConfig) -> EnvSpec | None:
         return None
     kwargs = {key: _json(getattr(cfg, key)) if key in _FIELDS else value for key, value in spec.kwargs.items()}
     return dataclasses.replace(spec, kwargs=kwargs, max_episode_steps=cfg.max_epochs)
+
+
+class SpecAttribute:
+    """The ``spec`` attribute of both faces: what ``gym.make`` or ``gym.make_vec`` assigns is stored made true
+    for the env's ``config`` (:func:`describe`); None until one is assigned."""
+
+    def __get__(self, env: Any, owner: type | None = None) -> Any:
+        if env is None:  # looked up on the class: the attribute itself, so that help() finds this docstring
+            return self
+        return env.__dict__.get("_spec")
+
+    def __set__(self, env: Any, value: EnvSpec | None) -> None:
+        env.__dict__["_spec"] = describe(value, env.config)
 
 
 def _json(value: Any) -> Any:

@@ -141,23 +141,26 @@ def fill_heads(op: int, op_slot: np.ndarray, nvec: np.ndarray, rng: np.random.Ge
     return action
 
 
-def validate_actions(actions: object, num_envs: int, nvec: np.ndarray) -> np.ndarray:
-    """Check a batch of actions for shape, dtype, NaN and range; return it as int64 ``(num_envs, heads)``.
+def validate_actions(actions: object, num_envs: int | None, nvec: np.ndarray) -> np.ndarray:
+    """Check actions for shape, dtype and range; return them as int64 ``(num_envs, heads)``.
 
-    Raises ``ValueError`` naming the problem. Never mutates anything, so a bad action changes no state.
+    ``num_envs=None`` checks the one action ``(heads,)`` of a single env, whose errors then speak of one action,
+    and returns it as ``(1, heads)``. Raises ``ValueError`` naming the problem (NaN is refused with the float
+    dtype that holds it). Never mutates anything, so a bad action changes no state.
     """
-    array = np.asarray(actions)
-    expected = (num_envs, len(nvec))
+    array, heads = np.asarray(actions), tuple(h.name.lower() for h in Head)
+    single = num_envs is None
+    noun, verb = ("action", "has") if single else ("actions", "have")
+    expected = (len(nvec),) if single else (num_envs, len(nvec))
     if array.shape != expected:
-        raise ValueError(f"actions have shape {array.shape}; expected {expected} (one row of {len(nvec)} "
-                         f"heads {tuple(h.name.lower() for h in Head)} per sub-env)")
-    if array.dtype.kind == "f" and np.isnan(array).any():
-        raise ValueError(f"actions contain NaN: {array.tolist()}; expected integers")
+        per = "one value per head" if single else f"one row of {len(nvec)} values per sub-env, heads"
+        raise ValueError(f"{noun} {verb} shape {array.shape}; expected {expected}, {per} {heads}")
     if array.dtype.kind not in "iu":
-        raise ValueError(f"actions have dtype {array.dtype}; expected an integer dtype")
-    low, high = array < 0, array >= nvec[None, :]
-    if (low | high).any():
-        env, head = np.argwhere(low | high)[0]
-        raise ValueError(f"action head '{Head(head).name.lower()}' of sub-env {env} is {array[env, head]}; "
-                         f"expected an integer in [0, {nvec[head]})")
-    return array.astype(np.int64, copy=True)
+        raise ValueError(f"{noun} {array.tolist()} {verb} dtype {array.dtype}; expected integers")
+    bad = np.argwhere((array < 0) | (array >= nvec))
+    if bad.size:
+        where, head = tuple(bad[0]), int(bad[0][-1])
+        of_env = "" if single else f" of sub-env {where[0]}"
+        raise ValueError(f"action head '{heads[head]}'{of_env} is {array[where]}; expected an integer in "
+                         f"[0, {nvec[head]})")
+    return array.astype(np.int64).reshape(-1, len(nvec))

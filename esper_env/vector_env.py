@@ -15,14 +15,13 @@ from collections import Counter
 from typing import Any
 
 import numpy as np
-from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from esper_env import masks, spaces
 from esper_env.config import EnvConfig
 from esper_env.engine import Engine, EpochControl
-from esper_env.env_spec import check_episode_steps, describe, id_kwargs
+from esper_env.env_spec import SpecAttribute, check_episode_steps, id_kwargs
 from esper_env.episode import (
     Episode,
     Measurement,
@@ -56,14 +55,17 @@ class EsperVectorEnv(VectorEnv):
     ``info["final_info"]`` and its observation in ``info["final_obs"]``. ``max_episode_steps`` (which
     ``gym.make_vec`` passes on) must be None or ``max_epochs``. Masks of every sub-env: ``action_masks()``,
     ``op_slot_mask()``, ``blueprint_mask()`` and ``blend_mask()``, as on the single env with a leading
-    ``num_envs`` axis. ``step()`` and ``reset()`` after ``close()`` raise ``RuntimeError``.
+    ``num_envs`` axis. ``num_envs`` and ``reset(seed=...)`` take Python or numpy integers. ``step()``,
+    ``reset()`` and ``graph_captures`` after ``close()`` raise ``RuntimeError``.
     """
 
     metadata: dict[str, Any] = {**RENDER_METADATA, "autoreset_mode": AutoresetMode.NEXT_STEP}
-    _spec: EnvSpec | None = None
+    spec = SpecAttribute()
 
     def __init__(self, num_envs: int = 1, render_mode: str | None = None, max_episode_steps: int | None = None,
                  **kwargs: Any) -> None:
+        if isinstance(num_envs, np.integer):  # sweeps built with numpy pass np.int64 (np.bool_ is no np.integer)
+            num_envs = int(num_envs)
         if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
             raise ValueError(f"num_envs={num_envs!r}; expected an integer >= 1")
         if isinstance(kwargs.get("autoreset_mode"), AutoresetMode):
@@ -128,15 +130,6 @@ class EsperVectorEnv(VectorEnv):
 
     blueprint_mask, blend_mask = blueprint_masks, blend_masks
 
-    @property
-    def spec(self) -> EnvSpec | None:
-        """What ``gym.make_vec`` recorded, made true for this env (``esper_env.env_spec.describe``)."""
-        return self._spec
-
-    @spec.setter
-    def spec(self, value: EnvSpec | None) -> None:
-        self._spec = describe(value, self.config)
-
     def inject_fault(self, index: int, kind: str) -> None:
         """Testing aid: make sub-env ``index``'s next epoch fail (``"nan_loss"``, ``"exploding_loss"`` or
         ``"nan_parameters"``) so the governor's rollback can be exercised."""
@@ -148,7 +141,8 @@ class EsperVectorEnv(VectorEnv):
 
     # --- reset ------------------------------------------------------------------------------------------
     def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
-        self._require_open("reset")
+        self._require_open("reset()")
+        seed = int(seed) if isinstance(seed, np.integer) else seed  # as the single env takes it
         mask = self._reset_mask(options)
         seeds = self._seed_list(seed)
         super().reset(seed=seed if isinstance(seed, int) else None)
@@ -201,7 +195,7 @@ class EsperVectorEnv(VectorEnv):
 
     # --- step -------------------------------------------------------------------------------------------
     def step(self, actions: Any):
-        self._require_open("step")
+        self._require_open("step()")
         start = time.perf_counter()
         result = self._step(actions)
         self.timings["step"] += time.perf_counter() - start
@@ -210,9 +204,9 @@ class EsperVectorEnv(VectorEnv):
             renderer.step(split_vector_info(info["final_info"] if finished[i] else info, i))
         return result
 
-    def _require_open(self, call: str) -> None:
+    def _require_open(self, use: str) -> None:
         if self._engine is None:
-            raise RuntimeError(f"{call}() on a closed env: close() has released its hosts; make a new env")
+            raise RuntimeError(f"{use} on a closed env: close() has released its hosts; make a new env")
 
     def render(self) -> tuple[np.ndarray, ...] | None:
         """One frame per sub-env with ``render_mode="rgb_array"``: its episode so far (``esper_env.render``)."""
@@ -221,6 +215,7 @@ class EsperVectorEnv(VectorEnv):
     @property
     def graph_captures(self) -> int:
         """CUDA graphs captured so far (0 without graphs): each lifecycle change of the modules costs one or two."""
+        self._require_open("graph_captures")
         return self._engine.captures
 
     def _step(self, actions: Any):

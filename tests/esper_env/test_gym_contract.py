@@ -105,6 +105,59 @@ def test_step_and_reset_after_close_say_the_env_is_closed(tiny, vector):
         env.reset(seed=0)
 
 
+def test_graph_captures_after_close_says_the_env_is_closed(tiny):
+    venv = gym.make_vec(ID, num_envs=2, **tiny)
+    assert venv.unwrapped.graph_captures == 0  # no CUDA graphs on the CPU
+    venv.close()
+    with pytest.raises(RuntimeError, match=r"^graph_captures on a closed env"):
+        venv.unwrapped.graph_captures  # noqa: B018  (the property is what is tested)
+
+
+def test_single_env_step_before_reset_or_after_its_episode_speaks_of_one_env(tiny):
+    """The single env is a width-1 vector env underneath, whose refusal names sub-envs and reset_mask."""
+    tiny["max_epochs"] = 2
+    message = r"^step\(\) before reset\(\) or after the episode ended; call reset\(\)$"
+    env = gym.make(ID, **tiny)
+    with pytest.raises(RuntimeError, match=message):
+        env.unwrapped.step(WAIT)  # gym.make's OrderEnforcing catches this case only before the first reset
+    env.reset(seed=0)
+    assert env.step(WAIT)[3] is False and env.step(WAIT)[3] is True  # truncated at max_epochs
+    with pytest.raises(RuntimeError, match=message):
+        env.step(WAIT)
+    env.reset(seed=1)
+    env.unwrapped.vector_env.inject_fault(0, "nan_loss")
+    assert env.step(WAIT)[2] is True  # terminated by the rollback
+    with pytest.raises(RuntimeError, match=message):
+        env.step(WAIT)
+    env.close()
+    with pytest.raises(RuntimeError, match=r"^step\(\) on a closed env"):  # closed comes first
+        env.step(WAIT)
+
+
+def test_numpy_integers_are_taken_for_num_envs_and_the_vector_seed(tiny):
+    venv = gym.make_vec(ID, num_envs=np.int64(2), **tiny)
+    assert type(venv.num_envs) is int and venv.num_envs == 2
+    with pytest.raises(ValueError, match=r"^num_envs=np.True_; expected an integer >= 1"):
+        gym.make_vec(ID, num_envs=np.bool_(True), **tiny)
+    reference = gym.make_vec(ID, num_envs=2, **tiny)
+    venv.reset(seed=np.int64(3))
+    reference.reset(seed=3)
+    action = np.stack([GERMINATE, WAIT])
+    np.testing.assert_array_equal(venv.step(action)[0], reference.step(action)[0])
+
+
+@pytest.mark.parametrize(("action", "message"), [
+    (np.zeros((2, 4), dtype=np.int64), r"^actions have shape \(2, 4\); expected \(2, 5\), one row of 5 values per "),
+    (np.full((2, 5), np.nan), r"^actions \[\[nan, .*\]\] have dtype float64; expected integers"),
+    (np.array([WAIT, [0, 0, 0, 3, 0]]), r"^action head 'blend' of sub-env 1 is 3; expected an integer in \[0, 3\)"),
+])
+def test_vector_action_errors_name_the_sub_env_and_the_batch_shape(tiny, action, message):
+    venv = gym.make_vec(ID, num_envs=2, **tiny)
+    venv.reset(seed=0)
+    with pytest.raises(ValueError, match=message):
+        venv.step(action)
+
+
 def test_autoreset_mode_takes_gymnasiums_enum_and_is_refused_where_it_would_be_ignored(tiny):
     venv = gym.make_vec(ID, num_envs=2, autoreset_mode=AutoresetMode.SAME_STEP, **tiny)
     assert venv.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
@@ -122,8 +175,10 @@ def test_the_spec_gives_the_episode_length_and_a_longer_or_shorter_time_limit_is
     assert remade.spec.max_episode_steps == tiny["max_epochs"]
     assert gym.make_vec(env.spec, num_envs=2).unwrapped.config.max_epochs == tiny["max_epochs"]
     gym.make_vec(ID, num_envs=2, max_episode_steps=tiny["max_epochs"], **tiny)
-    with pytest.raises(ValueError, match=r"^max_episode_steps=3 would end episodes before the host's 6 epochs"):
-        gym.make_vec(ID, num_envs=2, max_episode_steps=3, **tiny)
+    for steps in (3, 9):  # shorter or longer: the message holds for both
+        with pytest.raises(ValueError, match=rf"^max_episode_steps={steps} differs from the episode length "
+                                             r"max_epochs=6; expected None or 6"):
+            gym.make_vec(ID, num_envs=2, max_episode_steps=steps, **tiny)
 
 
 @pytest.mark.parametrize(("action", "message"), [
