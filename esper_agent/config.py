@@ -32,7 +32,8 @@ class AgentConfig:
     """Bootstrap a truncated episode from V(final observation), as for a time limit cutting an endless task.
     Off by default: an Esper episode is truncated at its fixed, observed horizon (max_epochs), after which the
     task has no future, and the critic, never trained on a state past the end, only extrapolates there; with
-    it on, agents on Esper-Synthetic-v0 learned to grow and then unlearned it (README, "Does the agent learn")."""
+    it on, agents on Esper-Synthetic-v0 learned to grow and then unlearned it
+    (docs/experiments/2026-11-26-agent-learns-to-grow-synthetic.md)."""
 
     # --- rollout and network ----------------------------------------------------------------------------
     rollout_steps: int = 25
@@ -59,8 +60,10 @@ class AgentConfig:
     """Weight of the entropy bonus (per unit of normalised entropy, summed over the five heads)."""
     entropy_all_steps: bool = False
     """Average each head's normalised entropy in the bonus over all steps (0 where the head does not matter),
-    so a head's bonus is in proportion to how often it acts, like its policy-gradient term; off (DESIGN §3), over
-    only the steps where the head matters, so a head used on one step in twelve gets as much bonus as the op head."""
+    so a head's bonus is in proportion to how often it acts, like its policy-gradient term; off, over only the
+    steps where the head matters (a rarely used head's entropy is not diluted by steps where it has no say), so a
+    head used on one step in twelve gets as much bonus as the op head. With it on, PPO kept what imitation taught
+    (docs/experiments/2026-11-27-entropy-all-steps.md)."""
     reference_kl_coef: float = 0.0
     """Weight of KL(reference || policy) in the PPO loss (per nat, summed over heads, averaged over valid steps;
     0 = off). The reference is the policy PPO started from, frozen: with imitation_updates, the imitated

@@ -1,8 +1,10 @@
 """Imitation before PPO: fit the policy to a teacher's play and the critic to the teacher's returns.
 
 Why it exists: on the head-to-head's host, PPO from scratch found the heuristic's kind of plan (a `conv_light`
-seed blended in and fossilized) in 1 or 2 seeds of 5 within 16,000 host epochs, and the plans that beat the
-heuristic differ from it only in timing and in what goes into the second slot (README, "The head-to-head"). With
+seed blended in and fossilized) in 1 or 2 seeds of 5 within 16,000 host epochs
+(docs/experiments/2026-11-27-compare-mask3424.md, 2026-11-27-compare-val5k-from-scratch.md), and the plans that
+beat the heuristic differ from it only in timing and in what goes into the second slot
+(2026-11-27-plans-at-the-heuristics-size.md). With
 ``AgentConfig.imitation_updates = n`` the first ``n`` updates of a run are imitation updates: the agent starts
 from the heuristic's play, and PPO then has its whole remaining budget to improve on it rather than to find it.
 
@@ -20,7 +22,7 @@ whole env rows replayed from their initial LSTM state. Per minibatch:
   the imitated policy around at random);
 - the entropy term is the one PPO uses. It does not keep a head whose teacher is deterministic from near-certainty:
   on the head-to-head's host the blueprint head's normalised entropy was 0.01-0.02 after 8 imitation updates, and
-  PPO's bonus pulled it back up (README, "imitate the heuristic, then PPO").
+  PPO's bonus pulled it back up (docs/experiments/2026-11-27-imitation.md).
 
 A minibatch step with a non-finite loss or gradient is skipped and counted by the same guard as PPO's
 (``max_nonfinite_steps`` in a row stop training) and reported as ``ppo/nonfinite_steps``, which the anomaly check

@@ -7,10 +7,11 @@ Two entry points share one recurrent cell:
 The critic is an op-independent V(s): a baseline that depended on the sampled action would bias advantages.
 
 With ``slot_conditioned`` the heads after the slot head (blueprint, blend, tempo) give one row of logits per
-slot and the chosen slot's row is used: an autoregressive step beyond DESIGN §3, where only their masks depend
-on the slot. Without it, every slot shares the blueprint logits of a state, so what is learned for one slot may
-move the choice for another (our reading of seed 2 of the latest CIFAR-10 head-to-head, README). On the CPU
-check there (Esper-Synthetic-v0, 2 seeds) it did not help; it is off by default.
+slot and the chosen slot's row is used: one autoregressive step more than the other heads take, whose masks
+alone depend on the slot. Without it, every slot shares the blueprint logits of a state, so what is learned for
+one slot may move the choice for another: the likely cause of one CIFAR-10 seed switching its first slot's
+blueprint late in training (docs/experiments/2026-11-27-entropy-all-steps.md, seed 2). On the CPU check
+(Esper-Synthetic-v0, 2 seeds; docs/experiments/2026-11-27-imitation.md) it did not help; it is off by default.
 """
 
 from __future__ import annotations

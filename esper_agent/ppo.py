@@ -18,8 +18,8 @@ states are recomputed with the current weights, never stale). Per minibatch:
   started from and the weight ``reference_kl_coef`` (decayed over ``reference_kl_updates``). The term's
   gradient on a head's logits is the weight times (policy's probabilities - reference's): bounded, so a
   consistent advantage still moves the policy away from the reference, while advantages that only reflect the
-  noise of a few episodes no longer drive a sharp policy into an absorbing choice (README, head-to-head: seeds
-  that stopped planting right after imitation).
+  noise of a few episodes no longer drive a sharp policy into an absorbing choice, such as a seed that stopped
+  planting right after imitation (docs/experiments/2026-11-27-best-window-and-reference-kl.md).
 
 The host looks at each minibatch step once (loss, KL, pre-clip gradient norm in one transfer): a non-finite
 loss or gradient skips the optimizer step (three in a row stop training), and a KL above ``target_kl`` ends the
@@ -133,7 +133,8 @@ def reference_kl(reference: RecurrentPolicy, ev: SequenceEvaluation, rollout: Ro
 
 def head_entropy_sums(ev: SequenceEvaluation, valid: Tensor) -> tuple[Tensor, Tensor]:
     """Per head, the sum of normalised entropy and the count of the valid steps where the head mattered and had a
-    choice: the availability-conditioned entropy is their ratio (DESIGN §3)."""
+    choice: the availability-conditioned entropy is their ratio, which steps where the head had no say leave
+    undiluted."""
     counted = ev.available & valid.unsqueeze(-1)  # (B, T, heads)
     return torch.where(counted, ev.entropy, torch.zeros_like(ev.entropy)).sum((0, 1)), counted.sum((0, 1)).float()
 
@@ -142,10 +143,11 @@ def entropy_bonus(head_sum: Tensor, head_count: Tensor, step_count: Tensor, cfg:
     """The entropy term of the loss, from each head's entropy sum and count (:func:`head_entropy_sums`) and the
     number of valid steps.
 
-    By default each head's sum is divided by its own count (DESIGN §3), so a head gets the same weight however
-    rarely it matters. Its policy-gradient term, though, is a mean over all steps: on the head-to-head's host the
+    By default each head's sum is divided by its own count, so a head gets the same weight however rarely it
+    matters. Its policy-gradient term, though, is a mean over all steps: on the head-to-head's host the
     blueprint head matters on ~8% of steps, so its bonus was ~12x stronger relative to its learning signal than
-    the op head's, and it pulled the head back to near uniform after imitation (README, "Latest"). With
+    the op head's, and it pulled the head back to near uniform after imitation
+    (docs/experiments/2026-11-27-imitation.md). With
     ``cfg.entropy_all_steps`` every head's sum is divided by the number of valid steps instead (a head counts 0
     where it does not matter): each head's bonus is in proportion to how often it acts, as in PPO on one
     joint categorical.

@@ -1,9 +1,9 @@
 """Keep the policy with the best recent training returns, not only the last one (``select_best_window``).
 
-PPO's last policy is not always its best. On Esper-CIFAR10-Fast-v0 one seed in five (README, head-to-head) played
-the heuristic's plan for 60 updates, then its first slot's blueprint drifted to a worse one within three
-updates. Its heads were nearly deterministic by then, so it never sampled the old choice again, and its return
-stayed lower to the end.
+PPO's last policy is not always its best. On Esper-CIFAR10-Fast-v0 one seed in five played the heuristic's plan
+for about 60 updates, then its first slot's blueprint drifted to a worse one within three updates
+(docs/experiments/2026-11-27-entropy-all-steps.md, seed 2). Its heads were nearly deterministic by then, so it
+never sampled the old choice again, and its return stayed lower to the end.
 
 With ``AgentConfig.select_best_window = W`` the trainer scores every W consecutive PPO rollouts by the mean of
 their mean episode returns (the mean episode return where every rollout holds the same number of whole

@@ -148,7 +148,7 @@ def test_loss_is_finite_on_adversarial_inputs() -> None:
 @pytest.mark.parametrize("all_steps", [False, True])
 def test_entropy_term_averages_each_head_over_its_steps_or_all_steps(all_steps: bool) -> None:
     """The bonus in the loss is, per head, the entropy sum over the steps where the head mattered divided by
-    that head's count (DESIGN §3) or, with entropy_all_steps, by the number of valid steps."""
+    that head's count (the default) or, with entropy_all_steps, by the number of valid steps."""
     trainer = toy_env.make_toy_trainer()
     batch = collected_batch(trainer)
     index = torch.arange(batch.rollout.valid.shape[0])
