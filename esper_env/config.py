@@ -104,9 +104,10 @@ class EnvConfig:
     """Reward cost of seed parameters above ``param_budget``, per host-size worth (on top of ``param_penalty``).
 
     A linear price cannot ask for "the best accuracy at no more than B parameters": a bigger seed that gains
-    more outbids a small one at every price where either beats no growth (README, real-data screen). The hinge
-    makes every parameter past B cost a host-size worth at 1.0 (25 pp of return for 1,400 parameters over on a
-    5.5k host), so within the budget the price is ``param_penalty`` alone."""
+    more outbids a small one at every price where either beats no growth (measured on real CIFAR-10 in
+    docs/experiments/2026-11-27-plans-at-the-heuristics-size.md). The hinge makes every parameter past B cost a
+    host-size worth at 1.0 (25 pp of return for 1,400 parameters over on a 5.5k host), so within the budget the
+    price is ``param_penalty`` alone."""
     param_budget_mask: bool = False
     """True: a GERMINATE whose seed would take the seed parameters past ``param_budget`` is masked (a hard
     budget); needs ``param_budget``.

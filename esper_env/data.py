@@ -1,9 +1,14 @@
-"""Datasets on the device, their splits, and batched augmentation (DESIGN §2.2).
+"""Datasets on the device, their splits, and batched augmentation.
 
 :func:`load_dataset` returns one :class:`Dataset` per process, data source and device: uint8 NCHW tensors that
 every sub-env on that device shares read-only. Each sub-env draws its own permutations and augmentation
 parameters from its own generator and applies them with :func:`random_crop_flip` and :func:`normalize`, which
 are fixed-shape and sync-free so that they can be captured in a CUDA graph.
+
+CIFAR-10's official training set is split into 45,000 training and 5,000 validation images by a fixed seed
+(:func:`split_indices`), the same in every run and on every machine, so that validation accuracies of different
+runs are comparable; the reward and the observation read validation only, and the official 10,000 test images
+serve only for reporting, so that nothing the agent learns from has seen them.
 
 Real CIFAR-10 is found, verified and downloaded by :mod:`esper_env.download`; a missing or corrupt copy raises
 :class:`DatasetError` and is never replaced by synthetic data. ``dataset="synthetic"`` generates a small,

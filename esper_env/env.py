@@ -120,8 +120,9 @@ class EsperEnv(gym.Env):
     ``"synthetic"``; ``Esper-CIFAR10-*``: ``"cifar10"``). ``autoreset_mode`` belongs to the vector face and is
     refused here: ``gym.make_vec(..., autoreset_mode=...)`` honours it on the native vector env, and Gymnasium's
     ``SyncVectorEnv`` takes it as ``vector_kwargs={"autoreset_mode": ...}``. ``reset(seed=...)`` takes None or an
-    integer >= 0, ``reset(options=...)`` None or an empty dict. After ``close()``, ``step()`` and ``reset()``
-    raise ``RuntimeError``. The env pickles (and deep-copies): the copy continues exactly as the original would.
+    integer >= 0, ``reset(options=...)`` None or an empty dict. ``step()`` before ``reset()`` or after the
+    episode ended raises ``RuntimeError``; after ``close()``, ``step()`` and ``reset()`` do. The env pickles (and
+    deep-copies): the copy continues exactly as the original would.
 
     ## Version History
     * v0: initial release. Changed before it was released: under ``autoreset_mode="SameStep"`` a finished

@@ -43,7 +43,8 @@ should read it the same way:
   a termination: the task has no future past its horizon, and the critic, never trained on a state past the end,
   could only extrapolate V(final observation) (Pardo et al. 2018, "Time Limits in Reinforcement Learning", treat
   a limit that the state shows as part of the task). esper_agent's default ``bootstrap_truncation=False`` reads it
-  so, and the README ("Does the agent learn") shows the bootstrap undoing what the agent had learned.
+  so: with the bootstrap, agents on ``Esper-Synthetic-v0`` found growth and lost it again
+  (docs/experiments/2026-11-26-agent-learns-to-grow-synthetic.md).
 
 The default is ``"truncated"``, the faithful translation of Gymnasium's flags that SB3 users expect from a
 ``VecEnv``; ``benchmarks.compare_agents`` passes the reading of its esper_agent arm explicitly. Either way
