@@ -16,7 +16,7 @@ from functools import cache
 from typing import Any
 
 # The env's config already turns numpy scalars into Python values by field annotation; one rule for both configs.
-from esper_env.config import _plain as _plain_value
+from esper_env.config import plain_value
 
 
 @dataclass(frozen=True)
@@ -169,7 +169,7 @@ def _plain_numbers(cfg: AgentConfig) -> None:
     floats; a bool field takes no numpy scalar (``np.bool_`` is then refused by the type check)."""
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
-        plain = _plain_value(value, str(f.type))
+        plain = plain_value(value, str(f.type))
         if plain is not value:
             object.__setattr__(cfg, f.name, plain)  # frozen: __post_init__ is the one place a field is normalised
 

@@ -299,12 +299,15 @@ def _plain_numbers(cfg: EnvConfig) -> None:
     takes numpy integers, a float field numpy integers and floats; bools stay strict (``np.bool_`` is refused)."""
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
-        plain = _plain(value, _expected_type(f).removesuffix("|None"))
+        plain = plain_value(value, _expected_type(f).removesuffix("|None"))
         if plain is not value:
             object.__setattr__(cfg, f.name, plain)
 
 
-def _plain(value: Any, base: str) -> Any:
+def plain_value(value: Any, base: str) -> Any:
+    """``value`` as a plain Python value when it is a numpy scalar of the kind annotation ``base`` names
+    (``"int"``, ``"float"``, ``"str"``, ``"tuple[int,...]"``...); anything else unchanged, for the type check to
+    judge. Shared by the env's and the agent's configs."""
     if base in ("int", "float") and isinstance(value, np.integer):
         return int(value)
     if base == "float" and isinstance(value, np.floating):
@@ -313,7 +316,7 @@ def _plain(value: Any, base: str) -> Any:
         return str(value)
     if base.startswith("tuple[") and isinstance(value, tuple):
         item = base[len("tuple[") : -len(",...]")]
-        return tuple(_plain(v, item) for v in value)
+        return tuple(plain_value(v, item) for v in value)
     return value
 
 
@@ -349,4 +352,4 @@ def _matches(value: Any, annotation: str) -> bool:
     raise AssertionError(f"unhandled annotation {annotation}")
 
 
-__all__ = ["EnvConfig", "REWARD_MODES", "AUTORESET_MODES", "DEFAULT_STAGE_POTENTIALS"]
+__all__ = ["EnvConfig", "REWARD_MODES", "AUTORESET_MODES", "DEFAULT_STAGE_POTENTIALS", "plain_value"]
