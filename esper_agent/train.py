@@ -63,6 +63,8 @@ class RunOptions:
     total_updates: int
     run_dir: Path
     preset: str | None = None
+    command: tuple[str, ...] | None = None
+    """The command line's arguments as given (recorded in config.json); None: this process's ``sys.argv``."""
 
 
 def make_envs(env_id: str, num_envs: int, env_kwargs: dict[str, Any]) -> gym.vector.VectorEnv:
@@ -103,7 +105,8 @@ def write_config_json(options: RunOptions, config: AgentConfig, world_size: int 
         "run": {"env_id": options.env_id, "env_kwargs": options.env_kwargs, "num_envs": options.num_envs,
                 "device": options.device, "seed": options.seed, "total_updates": options.total_updates,
                 "world_size": world_size, "preset": options.preset},
-        "git_commit": commit, "git_dirty": dirty, "command": sys.argv,
+        "git_commit": commit, "git_dirty": dirty,
+        "command": sys.argv if options.command is None else ["python -m esper_agent.train", *options.command],
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "gymnasium": gym.__version__, "numpy": np.__version__},
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -260,6 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ranks = distributed.init(str(given.get("device", RUN_DEFAULTS["device"])))
     # Rank 0 alone reads the checkpoint and names the run folder (its name holds the time); the others get both.
     resume, options, config = ranks.on_main(lambda: _setup(given, overrides))
+    options = dataclasses.replace(options, command=tuple(sys.argv[1:] if argv is None else argv))
     if isinstance(ranks, distributed.ProcessGroup):
         options = dataclasses.replace(options, device=str(ranks.device))
     try:

@@ -198,6 +198,7 @@ def test_a_preset_run_records_the_preset_config(tmp_path: Path) -> None:
     assert config["agent"] == expected.to_dict()
     assert config["run"]["env_kwargs"] == preset.run["env_kwargs"] | tiny
     assert config["run"]["env_id"] == "Esper-Synthetic-v0" and config["run"]["preset"] == "synthetic-grow"
+    assert config["command"][:3] == ["python -m esper_agent.train", "--preset", "synthetic-grow"]  # as called
     # The same command resumes (its preset's values match the checkpoint's); another preset's values do not.
     assert train.main(["--preset", "synthetic-grow", *flags, "--total-updates", "2", "--resume", str(tmp_path)]) == 0
     with pytest.raises(SystemExit, match="differ from the checkpoint"):
