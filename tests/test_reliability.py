@@ -1,4 +1,4 @@
-"""Reliability (DESIGN §6) on CPU: crash safety of the training CLI, host memory over 1,000 episodes, bad env
+"""Reliability on CPU: crash safety of the training CLI, host memory over 1,000 episodes, bad env
 arguments refused by name, faults during an agent rollout, and same seed -> same run.
 
 Faults go in through ``EsperVectorEnv.inject_fault`` via ``benchmarks/soak.py``'s :class:`FaultInjector`, the
