@@ -5,6 +5,10 @@ Rebuilt from the JSON-lines slices in a folder (``python -m benchmarks.grow_cost
 * ``table.md`` / ``summary.json``: per arm, test accuracy over seeds (mean, Student-t 95% CI, SD), parameters,
   training FLOPs, and for a grown arm the paired (by seed) gap to its static twin (the same final architecture
   trained static with the same schedule and condition);
+* the *validation noise* of a static arm: the step-to-step noise of its per-epoch validation accuracy (5k
+  images, no test-time augmentation), estimated from second differences over the stable part of the schedule
+  (epochs 3–13 of 20), where the trend is close to linear: for white noise of SD σ on a linear trend,
+  Var(v[t+1] − 2 v[t] + v[t−1]) = 6 σ²; the median over seeds, in points;
 * ``oracle.md``: the acceptance screen's criterion 3 on these arms. Return = test % − ``price`` × training
   FLOPs / the largest static net's. A *plan* is an arm run under every condition of a set; the best single plan
   has the highest mean return over the set's conditions, the per-condition oracle takes each condition's best
@@ -37,10 +41,27 @@ def summarize(rows: list[dict], arms: Mapping[str, Any]) -> list[dict]:
         twin = by_arm.get(arms[name].static_twin, {}) if arms[name].grow_epoch is not None else {}
         gap, gap_ci = mean_ci95([accs[s] - twin[s] for s in accs if s in twin])
         sd = statistics.stdev(accs.values()) if len(accs) > 1 else math.nan
+        noise = validation_noise([r["val_curve"] for r in rows if r["name"] == name])
         out.append({"arm": name, "seeds": sorted(accs), "test_accuracy": mean, "test_ci95": ci, "test_sd": sd,
                     "params": facts[name]["params"], "train_pflops": facts[name]["train_flops"] / 1e15,
-                    "minus_static_twin": gap, "minus_static_twin_ci95": gap_ci, "device": facts[name]["device"]})
+                    "minus_static_twin": gap, "minus_static_twin_ci95": gap_ci,
+                    "val_noise": noise if arms[name].grow_epoch is None else math.nan,
+                    "device": facts[name]["device"]})
     return out
+
+
+STABLE = slice(3, 14)  # epochs of a 20-epoch run past warm-up and before the decay (wsd decays the last 30%)
+
+
+def validation_noise(curves: Sequence[Sequence[float]]) -> float:
+    """Median over runs of the SD of one epoch's validation accuracy around its local trend, in points."""
+    estimates = []
+    for curve in curves:
+        v = [100 * a for a in curve[STABLE]]
+        second = [v[t + 1] - 2 * v[t] + v[t - 1] for t in range(1, len(v) - 1)]
+        if len(second) >= 2:
+            estimates.append(math.sqrt(statistics.fmean(d * d for d in second) / 6))
+    return statistics.median(estimates) if estimates else math.nan
 
 
 def _accuracies(rows: list[dict]) -> dict[str, dict[int, float]]:
@@ -51,13 +72,14 @@ def _accuracies(rows: list[dict]) -> dict[str, dict[int, float]]:
 
 
 def table(summary: list[dict]) -> str:
-    lines = ["| arm | seeds | test % (95% CI) | SD | params | train PFLOPs | − static twin, paired (pp) |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| arm | seeds | test % (95% CI) | SD | params | train PFLOPs | − static twin, paired (pp) | val noise |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in summary:
         gap, ci = r["minus_static_twin"], r["minus_static_twin_ci95"]
         gap = "" if math.isnan(gap) else f"{gap:+.2f} ± {ci:.2f}"
+        noise = "" if math.isnan(r["val_noise"]) else f"{r['val_noise']:.2f}"
         lines.append(f"| {r['arm']} | {len(r['seeds'])} | {r['test_accuracy']:.2f} ± {r['test_ci95']:.2f} | "
-                     f"{r['test_sd']:.2f} | {r['params']:,} | {r['train_pflops']:.3f} | {gap} |")
+                     f"{r['test_sd']:.2f} | {r['params']:,} | {r['train_pflops']:.3f} | {gap} | {noise} |")
     return "\n".join(lines) + "\n"
 
 

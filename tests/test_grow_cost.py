@@ -84,3 +84,10 @@ def test_oracle_gap_is_paired_by_seed() -> None:
     priced = grow_report.oracle_gap(rows, arms, ["a", "b"], price=10.0)  # big costs 10 points, small 5
     assert priced["best_single"] == "small" and priced["oracle"] == {"a": "small", "b": "small"}
     assert priced["gap"] == 0.0
+
+
+def test_validation_noise_is_zero_on_a_trend_and_sees_jitter() -> None:
+    trend = [0.5 + 0.01 * t for t in range(20)]
+    assert grow_report.validation_noise([trend]) < 1e-9
+    jitter = [a + (0.005 if t % 3 == 0 else 0.0) for t, a in enumerate(trend)]
+    assert 0.1 < grow_report.validation_noise([trend, jitter, jitter]) < 1.0  # the median of 0, j, j is j
