@@ -13,6 +13,7 @@ import math
 import os
 import platform
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +84,12 @@ def write_rows(rows: list[dict], out: Path, name: str, table: str, tag: str | No
     write_atomic(out / f"{name}-{tag}.md", table)
     print(table)
     return path
+
+
+def summarized(folder: Path | None, write_summary: Callable[[Path], Path]) -> bool:
+    """A study's ``--summarize FOLDER``: rebuild its summary from the reports there and say where; False when the
+    flag was not given (the study runs)."""
+    if folder is None:
+        return False
+    print(f"written to {write_summary(folder)}")
+    return True

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from benchmarks.common import device_name, run_stamp, write_json
 from esper_env.data import normalize, random_crop_flip
-from esper_env.family import Architecture, FamilyNet, carry_momentum, deepen, widen
+from esper_env.family import Architecture, FamilyNet, grow_to
 
 BATCH = 512
 POOL = 8  # prepared batches per model, cycled
@@ -87,12 +87,7 @@ class Model:
 
     def grow(self, final: Architecture, generator: torch.Generator) -> None:
         self.graph = None
-        for stage, width in enumerate(final.widths):
-            if width > self.net.arch.widths[stage]:
-                carry_momentum(self.opt, widen(self.net, stage, width, generator=generator))
-        for stage, blocks in enumerate(final.blocks):
-            while self.net.arch.blocks[stage] < blocks:
-                carry_momentum(self.opt, deepen(self.net, stage))
+        grow_to(self.net, final, self.opt, generator=generator)
         self.net.to(memory_format=torch.channels_last)
         self.opt.zero_grad(set_to_none=True)  # new parameters: their .grad buffers are made on the next step
 

@@ -36,16 +36,7 @@ from benchmarks import grow_report
 from esper_env.conditions import CONDITIONS, Condition, draw_pool, epoch_order, noisy_labels
 from esper_env.config import EnvConfig
 from esper_env.data import Dataset, load_dataset, normalize, random_crop_flip
-from esper_env.family import (
-    Architecture,
-    FamilyNet,
-    boost_fresh,
-    carry_momentum,
-    deepen,
-    forward_flops,
-    param_count,
-    widen,
-)
+from esper_env.family import Architecture, FamilyNet, boost_fresh, forward_flops, grow_to, param_count
 
 BATCH = 512  # images
 PEAK_LR = 0.2  # per step, batch 512
@@ -152,15 +143,10 @@ def learning_rate(step: int, total: int, warmup: int, schedule: str, decay_frac:
     return PEAK_LR * max(0.0, (total - step) / (total - decay_start))
 
 
-def grow_to(net: FamilyNet, arm: Arm, optimizer: torch.optim.Optimizer, generator: torch.Generator) -> None:
+def grow(net: FamilyNet, arm: Arm, optimizer: torch.optim.Optimizer, generator: torch.Generator) -> None:
     """Grow ``net`` to the arm's final architecture in one step, carrying momentum; boost the new entries."""
     since = net.arch
-    for stage, width in enumerate(arm.final.widths):
-        if width > net.arch.widths[stage]:
-            carry_momentum(optimizer, widen(net, stage, width, arm.noise, generator))
-    for stage, blocks in enumerate(arm.final.blocks):
-        while net.arch.blocks[stage] < blocks:
-            carry_momentum(optimizer, deepen(net, stage))
+    grow_to(net, arm.final, optimizer, arm.noise, generator)
     net.to(memory_format=torch.channels_last)
     if arm.boost != 1.0:
         boost_fresh(net, since, arm.boost)
@@ -205,7 +191,7 @@ def train(arm: Arm, seed: int, data: Dataset, epochs: int) -> dict:
     started = time.perf_counter()
     for epoch in range(epochs):
         if arm.grow_epoch == epoch:
-            grow_to(net, arm, opt, cpu_gen)
+            grow(net, arm, opt, cpu_gen)
         order = pool[epoch_order(len(pool), n, gen)]
         for i in range(per_epoch):
             step = epoch * per_epoch + i

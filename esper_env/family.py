@@ -195,6 +195,26 @@ def widen(net: FamilyNet, stage: int, width: int, noise: float = 0.01,
     return Growth(replaced=split.replaced, added=[])
 
 
+def grow_to(net: FamilyNet, target: Architecture, optimizer: torch.optim.Optimizer, noise: float = 0.01,
+            generator: torch.Generator | None = None) -> None:
+    """Widen, then deepen, every stage of ``net`` to ``target``, carrying ``optimizer``'s state through.
+
+    ``target`` must be at least as wide and as deep as the net in every stage and keep its stem; ``noise`` and
+    ``generator`` are :func:`widen`'s.
+    """
+    arch = net.arch
+    if target.stem != arch.stem or len(target.widths) != len(arch.widths) or any(
+            t < a for t, a in zip((*target.widths, *target.blocks), (*arch.widths, *arch.blocks), strict=True)):
+        raise ValueError(f"target={target}; expected the stem and stage count of {arch}, and no stage narrower "
+                         "or shallower")
+    for stage, width in enumerate(target.widths):
+        if width > net.arch.widths[stage]:
+            carry_momentum(optimizer, widen(net, stage, width, noise, generator))
+    for stage, blocks in enumerate(target.blocks):
+        while net.arch.blocks[stage] < blocks:
+            carry_momentum(optimizer, deepen(net, stage))
+
+
 def _check_stage(net: FamilyNet, stage: int) -> None:
     if not 0 <= stage < len(net.stages):
         raise ValueError(f"stage={stage!r}; expected a stage index in [0, {len(net.stages)})")

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks.common import device_name, run_stamp, write_json
+from benchmarks.common import device_name, run_stamp, summarized, write_json
 from benchmarks.studies.growth_screen import make_actor
 from esper_agent.baselines import Actor
 from esper_agent.collect import rollout_seed
@@ -251,8 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
-    if args.summarize is not None:
-        print(f"written to {write_summary(args.summarize)}")
+    if summarized(args.summarize, write_summary):
         return {}
     if len(args.seeds) < 3:
         raise SystemExit(f"--seeds needs at least 3 seeds for a confidence interval; got {args.seeds}")

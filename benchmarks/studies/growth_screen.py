@@ -40,7 +40,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from benchmarks.common import device_name, device_tag, run_stamp, write_json
+from benchmarks.common import device_name, device_tag, run_stamp, summarized, write_json
 from esper_agent.baselines import Actor, RandomValidActor, StaticActor
 from esper_agent.distributions import ActionMasks
 from esper_agent.envs import VectorEnvDriver
@@ -346,8 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = build_parser().parse_args(argv)
-    if args.summarize is not None:
-        print(f"written to {write_summary(args.summarize)}")
+    if summarized(args.summarize, write_summary):
         return {}
     if args.reprice is not None:
         path, config, penalty = args.reprice

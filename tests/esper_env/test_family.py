@@ -14,6 +14,7 @@ from esper_env.family import (
     deepen,
     forward_flops,
     fresh_masks,
+    grow_to,
     param_count,
     widen,
 )
@@ -139,3 +140,17 @@ def test_boost_fresh_scales_only_new_gradients() -> None:
     torch.testing.assert_close(boosted[8:], 3.0 * plain[8:])
     for handle in handles:
         handle.remove()
+
+
+def test_grow_to_reaches_the_target_and_keeps_the_function() -> None:
+    net = _net().eval()
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    x = _images()
+    before = net(x)
+    target = Architecture((6, 12, 8), (1, 1, 2), stem=4)
+    grow_to(net, target, opt, noise=0.0, generator=torch.Generator().manual_seed(7))
+    assert net.arch == target
+    assert {id(p) for g in opt.param_groups for p in g["params"]} == {id(p) for p in net.parameters()}
+    torch.testing.assert_close(net(x), before, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="no stage narrower or shallower"):
+        grow_to(net, Architecture((6, 8, 8), (1, 1, 2), stem=4), opt)
