@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from benchmarks import grow_report
 from esper_env.conditions import CONDITIONS, Condition, draw_pool, epoch_order, noisy_labels
@@ -44,6 +45,7 @@ MOMENTUM = 0.9
 WEIGHT_DECAY = 5e-4
 LABEL_SMOOTHING = 0.2
 TRANSLATE = 2  # pixels
+EMA_DECAY = 0.99  # per step: the average's time constant is 100 steps, about one epoch of 87
 
 SEEDLING = Architecture((16, 32, 32), (0, 0, 0))
 MEDIUM = Architecture((32, 64, 64), (0, 1, 1))
@@ -165,6 +167,27 @@ def accuracy(net: FamilyNet, images: torch.Tensor, labels: torch.Tensor, data: D
     return float(correct) / len(images)  # sync: once per epoch
 
 
+class Reads:
+    """An epoch's validation reads, whose step-to-step noise the report compares: the raw weights (what the env
+    reads today), the raw weights with flip test-time augmentation, and an exponential moving average of the
+    weights (restarted from the grown weights at growth: its shapes change)."""
+
+    def __init__(self, net: FamilyNet) -> None:
+        self.curves: dict[str, list[float]] = {"val_curve": [], "val_curve_tta": [], "val_curve_ema": []}
+        self.restart(net)
+
+    def restart(self, net: FamilyNet) -> None:
+        self.ema = AveragedModel(net, multi_avg_fn=get_ema_multi_avg_fn(EMA_DECAY), use_buffers=True)
+
+    def after_step(self, net: FamilyNet) -> None:
+        self.ema.update_parameters(net)
+
+    def read(self, net: FamilyNet, data: Dataset) -> None:
+        self.curves["val_curve"].append(accuracy(net, data.val_x, data.val_y, data, tta=False))
+        self.curves["val_curve_tta"].append(accuracy(net, data.val_x, data.val_y, data, tta=True))
+        self.curves["val_curve_ema"].append(accuracy(self.ema.module, data.val_x, data.val_y, data, tta=False))
+
+
 def training_pool(arm: Arm, data: Dataset, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """The run's pool of training-image indices, and labels indexed by image (noisy inside the pool)."""
     condition = PROBE_CONDITIONS[arm.condition]
@@ -187,11 +210,12 @@ def train(arm: Arm, seed: int, data: Dataset, epochs: int) -> dict:
     n = len(data.train_x)
     pool, labels = training_pool(arm, data, gen)
     per_epoch = n // BATCH
-    total, flops, val_curve = epochs * per_epoch, 0, []
+    total, flops, reads = epochs * per_epoch, 0, Reads(net)
     started = time.perf_counter()
     for epoch in range(epochs):
         if arm.grow_epoch == epoch:
             grow(net, arm, opt, cpu_gen)
+            reads.restart(net)
         order = pool[epoch_order(len(pool), n, gen)]
         for i in range(per_epoch):
             step = epoch * per_epoch + i
@@ -207,12 +231,13 @@ def train(arm: Arm, seed: int, data: Dataset, epochs: int) -> dict:
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            reads.after_step(net)
         flops += 3 * forward_flops(net.arch, spec.image_size, spec.num_classes, spec.channels) * per_epoch * BATCH
-        val_curve.append(accuracy(net, data.val_x, data.val_y, data, tta=False))
+        reads.read(net, data)
     seconds = time.perf_counter() - started
     return {**asdict(arm), "seed": seed, "epochs": epochs,
             "test_accuracy": accuracy(net, data.test_x, data.test_y, data, tta=True),
-            "params": param_count(net.arch), "train_flops": flops, "val_curve": val_curve, "seconds": seconds,
+            "params": param_count(net.arch), "train_flops": flops, **reads.curves, "seconds": seconds,
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
 
 

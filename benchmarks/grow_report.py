@@ -41,15 +41,18 @@ def summarize(rows: list[dict], arms: Mapping[str, Any]) -> list[dict]:
         twin = by_arm.get(arms[name].static_twin, {}) if arms[name].grow_epoch is not None else {}
         gap, gap_ci = mean_ci95([accs[s] - twin[s] for s in accs if s in twin])
         sd = statistics.stdev(accs.values()) if len(accs) > 1 else math.nan
-        noise = validation_noise([r["val_curve"] for r in rows if r["name"] == name])
+        static = arms[name].grow_epoch is None
+        noise = {f"val_noise{suffix}": validation_noise([r[key] for r in rows if r["name"] == name and key in r])
+                 if static else math.nan for suffix, key in READS.items()}
         out.append({"arm": name, "seeds": sorted(accs), "test_accuracy": mean, "test_ci95": ci, "test_sd": sd,
                     "params": facts[name]["params"], "train_pflops": facts[name]["train_flops"] / 1e15,
-                    "minus_static_twin": gap, "minus_static_twin_ci95": gap_ci,
-                    "val_noise": noise if arms[name].grow_epoch is None else math.nan,
+                    "minus_static_twin": gap, "minus_static_twin_ci95": gap_ci, **noise,
                     "device": facts[name]["device"]})
     return out
 
 
+READS = {"": "val_curve", "_tta": "val_curve_tta", "_ema": "val_curve_ema"}
+"""Validation reads a slice may hold (``benchmarks.grow_cost.Reads``): raw weights, flip TTA, EMA weights."""
 STABLE = slice(3, 14)  # epochs of a 20-epoch run past warm-up and before the decay (wsd decays the last 30%)
 
 
@@ -72,12 +75,14 @@ def _accuracies(rows: list[dict]) -> dict[str, dict[int, float]]:
 
 
 def table(summary: list[dict]) -> str:
-    lines = ["| arm | seeds | test % (95% CI) | SD | params | train PFLOPs | − static twin, paired (pp) | val noise |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| arm | seeds | test % (95% CI) | SD | params | train PFLOPs | − static twin, paired (pp) | val noise "
+             "(raw / TTA / EMA) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in summary:
         gap, ci = r["minus_static_twin"], r["minus_static_twin_ci95"]
         gap = "" if math.isnan(gap) else f"{gap:+.2f} ± {ci:.2f}"
-        noise = "" if math.isnan(r["val_noise"]) else f"{r['val_noise']:.2f}"
+        reads = [r[f"val_noise{k}"] for k in READS]
+        noise = "" if all(math.isnan(v) for v in reads) else " / ".join("–" if math.isnan(v) else f"{v:.2f}"
+                                                                         for v in reads)
         lines.append(f"| {r['arm']} | {len(r['seeds'])} | {r['test_accuracy']:.2f} ± {r['test_ci95']:.2f} | "
                      f"{r['test_sd']:.2f} | {r['params']:,} | {r['train_pflops']:.3f} | {gap} | {noise} |")
     return "\n".join(lines) + "\n"

@@ -22,7 +22,8 @@ def test_grow_cost_trains_grows_boosts_and_reports(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     grown = next(r for r in rows if r["name"] == arms[0])
     assert grown["params"] == grow_cost.param_count(grow_cost.FINAL)
-    assert grown["grow_epoch"] == 1 and len(grown["val_curve"]) == 2
+    assert grown["grow_epoch"] == 1
+    assert [len(grown[k]) for k in ("val_curve", "val_curve_tta", "val_curve_ema")] == [2, 2, 2]
     static = next(r for r in rows if r["name"] == "static-final-wsd")
     assert grown["train_flops"] < static["train_flops"]  # the seedling's first epoch is cheaper
     grow_cost.report(tmp_path)
