@@ -34,7 +34,16 @@ import torch.nn.functional as F
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from benchmarks import grow_report
-from esper_env.conditions import CONDITIONS, Condition, draw_pool, epoch_order, noisy_labels
+from esper_env.conditions import (
+    CONDITIONS,
+    Condition,
+    draw_classes,
+    draw_pool,
+    epoch_order,
+    in_play,
+    noisy_labels,
+    reduce_resolution,
+)
 from esper_env.config import EnvConfig
 from esper_env.data import Dataset, load_dataset, normalize, random_crop_flip
 from esper_env.family import Architecture, FamilyNet, boost_fresh, forward_flops, grow_to, param_count
@@ -87,7 +96,10 @@ ARCHITECTURES = {"seedling": SEEDLING, "small": SMALL, "medium": MEDIUM, "final"
 HARSH = (Condition("pool2k", pool=2_000), Condition("noise60", label_noise=0.6),
          Condition("pool5k-noise40", pool=5_000, label_noise=0.4))
 """Harsher conditions than the env's catalogue, screened here before any joins it."""
-PROBE_CONDITIONS = {c.name: c for c in (*CONDITIONS, *HARSH)}
+AXES = (Condition("classes2", classes=2), Condition("classes5", classes=5), Condition("res16", resolution=16),
+        Condition("res8", resolution=8))
+"""Conditions on the axes not yet in the catalogue (classes in play, resolution), screened here first."""
+PROBE_CONDITIONS = {c.name: c for c in (*CONDITIONS, *HARSH, *AXES)}
 
 
 def schedule_arms(epochs: int) -> list[Arm]:
@@ -132,7 +144,19 @@ def harsh_arms(epochs: int) -> list[Arm]:
     return out
 
 
-ARM_SETS = {"schedules": schedule_arms, "catchup": catchup_arms, "conditions": condition_arms, "harsh": harsh_arms}
+def axes_arms(epochs: int) -> list[Arm]:
+    """Under wsd, on the new axes' conditions: every static size, and seedling -> FINAL at 25% (boosted)."""
+    out = []
+    for c in AXES:
+        out += [Arm(f"static-{label}-wsd-{c.name}", arch, arch, None, "wsd", condition=c.name)
+                for label, arch in ARCHITECTURES.items()]
+        out.append(Arm(f"grow25-final-wsd-boost2-{c.name}", SEEDLING, FINAL, round(0.25 * epochs), "wsd",
+                       boost=2.0, condition=c.name))
+    return out
+
+
+ARM_SETS = {"schedules": schedule_arms, "catchup": catchup_arms, "conditions": condition_arms, "harsh": harsh_arms,
+            "axes": axes_arms}
 
 
 def learning_rate(step: int, total: int, warmup: int, schedule: str, decay_frac: float) -> float:
@@ -154,17 +178,38 @@ def grow(net: FamilyNet, arm: Arm, optimizer: torch.optim.Optimizer, generator: 
         boost_fresh(net, since, arm.boost)
 
 
+@dataclass
+class RunData:
+    """One run's view of the dataset under its condition."""
+
+    data: Dataset
+    condition: Condition
+    pool: torch.Tensor  # indices of the training images in play
+    labels: torch.Tensor  # training labels by image index (noisy inside the pool)
+    val: torch.Tensor  # indices of the validation images of the classes in play
+    test: torch.Tensor  # indices of the test images of the classes in play
+
+    def inputs(self, images: torch.Tensor) -> torch.Tensor:
+        """uint8 images -> the network's float input: normalised, at the condition's resolution, channels-last."""
+        x = reduce_resolution(normalize(images, self.data.mean, self.data.std), self.condition)
+        return x.contiguous(memory_format=torch.channels_last)
+
+
 @torch.no_grad()
-def accuracy(net: FamilyNet, images: torch.Tensor, labels: torch.Tensor, data: Dataset, tta: bool) -> float:
+def accuracy(net: FamilyNet, run: RunData, split: str, tta: bool) -> float:
+    """Accuracy on the ``"val"`` or ``"test"`` images of the classes in play."""
     net.eval()
+    images, labels = getattr(run.data, f"{split}_x"), getattr(run.data, f"{split}_y")
+    chosen = getattr(run, split)
     correct = torch.zeros((), device=images.device)
-    for start in range(0, len(images), 2000):
-        x = normalize(images[start : start + 2000], data.mean, data.std).contiguous(memory_format=torch.channels_last)
+    for start in range(0, len(chosen), 2000):
+        rows = chosen[start : start + 2000]
+        x = run.inputs(images[rows])
         with torch.autocast("cuda", torch.bfloat16, enabled=x.is_cuda):
             logits = net(x) + (net(x.flip(3)) if tta else 0)
-        correct += (logits.argmax(1) == labels[start : start + 2000]).sum()
+        correct += (logits.argmax(1) == labels[rows]).sum()
     net.train()
-    return float(correct) / len(images)  # sync: once per epoch
+    return float(correct) / len(chosen)  # sync: once per epoch
 
 
 class Reads:
@@ -182,21 +227,24 @@ class Reads:
     def after_step(self, net: FamilyNet) -> None:
         self.ema.update_parameters(net)
 
-    def read(self, net: FamilyNet, data: Dataset) -> None:
-        self.curves["val_curve"].append(accuracy(net, data.val_x, data.val_y, data, tta=False))
-        self.curves["val_curve_tta"].append(accuracy(net, data.val_x, data.val_y, data, tta=True))
-        self.curves["val_curve_ema"].append(accuracy(self.ema.module, data.val_x, data.val_y, data, tta=False))
+    def read(self, net: FamilyNet, run: RunData) -> None:
+        self.curves["val_curve"].append(accuracy(net, run, "val", tta=False))
+        self.curves["val_curve_tta"].append(accuracy(net, run, "val", tta=True))
+        self.curves["val_curve_ema"].append(accuracy(self.ema.module, run, "val", tta=False))
 
 
-def training_pool(arm: Arm, data: Dataset, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """The run's pool of training-image indices, and labels indexed by image (noisy inside the pool)."""
+def run_data(arm: Arm, data: Dataset, gen: torch.Generator) -> RunData:
+    """The run's classes in play, pool and (noisy) labels, drawn in that order with the run's generator."""
     condition = PROBE_CONDITIONS[arm.condition]
-    n = len(data.train_x)
-    # The full condition draws nothing here, so its runs keep the random stream of the runs made before conditions.
-    pool = torch.arange(n, device=gen.device) if condition.pool is None else draw_pool(condition, n, gen)
+    classes = draw_classes(condition, data.spec.num_classes, gen)
+    candidates = in_play(data.train_y, classes)
+    # With every class in play and no pool size, nothing is drawn: those runs keep the random stream of the runs
+    # made before conditions existed.
+    plain = classes is None and condition.pool is None
+    pool = candidates if plain else draw_pool(condition, candidates, gen)
     labels = data.train_y.clone()
     labels[pool] = noisy_labels(data.train_y[pool], condition, data.spec.num_classes, gen)
-    return pool, labels
+    return RunData(data, condition, pool, labels, in_play(data.val_y, classes), in_play(data.test_y, classes))
 
 
 def train(arm: Arm, seed: int, data: Dataset, epochs: int) -> dict:
@@ -208,7 +256,7 @@ def train(arm: Arm, seed: int, data: Dataset, epochs: int) -> dict:
     net = FamilyNet(arm.start, spec.num_classes, spec.channels).to(device, memory_format=torch.channels_last)
     opt = torch.optim.SGD(net.parameters(), lr=PEAK_LR, momentum=MOMENTUM, nesterov=True, weight_decay=WEIGHT_DECAY)
     n = len(data.train_x)
-    pool, labels = training_pool(arm, data, gen)
+    run = run_data(arm, data, gen)
     per_epoch = n // BATCH
     total, flops, reads = epochs * per_epoch, 0, Reads(net)
     started = time.perf_counter()
@@ -216,7 +264,7 @@ def train(arm: Arm, seed: int, data: Dataset, epochs: int) -> dict:
         if arm.grow_epoch == epoch:
             grow(net, arm, opt, cpu_gen)
             reads.restart(net)
-        order = pool[epoch_order(len(pool), n, gen)]
+        order = run.pool[epoch_order(len(run.pool), n, gen)]
         for i in range(per_epoch):
             step = epoch * per_epoch + i
             for group in opt.param_groups:
@@ -224,19 +272,18 @@ def train(arm: Arm, seed: int, data: Dataset, epochs: int) -> dict:
             idx = order[i * BATCH : (i + 1) * BATCH]
             offsets = torch.randint(0, 2 * TRANSLATE + 1, (BATCH, 2), device=device, generator=gen)
             flips = torch.rand(BATCH, device=device, generator=gen) < 0.5
-            x = normalize(random_crop_flip(data.train_x[idx], offsets, flips, TRANSLATE), data.mean, data.std)
+            x = run.inputs(random_crop_flip(data.train_x[idx], offsets, flips, TRANSLATE))
             with torch.autocast("cuda", torch.bfloat16, enabled=x.is_cuda):
-                loss = F.cross_entropy(net(x.contiguous(memory_format=torch.channels_last)), labels[idx],
-                                       label_smoothing=LABEL_SMOOTHING)
+                loss = F.cross_entropy(net(x), run.labels[idx], label_smoothing=LABEL_SMOOTHING)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
             reads.after_step(net)
         flops += 3 * forward_flops(net.arch, spec.image_size, spec.num_classes, spec.channels) * per_epoch * BATCH
-        reads.read(net, data)
+        reads.read(net, run)
     seconds = time.perf_counter() - started
     return {**asdict(arm), "seed": seed, "epochs": epochs,
-            "test_accuracy": accuracy(net, data.test_x, data.test_y, data, tta=True),
+            "test_accuracy": accuracy(net, run, "test", tta=True),
             "params": param_count(net.arch), "train_flops": flops, **reads.curves, "seconds": seconds,
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
 
@@ -245,7 +292,8 @@ def report(folder: Path, epochs: int = 20) -> None:
     """Rebuild the folder's tables (``benchmarks.grow_report``) with every arm this module defines."""
     arms = {arm.name: arm for make in ARM_SETS.values() for arm in make(epochs)}
     catalogue = [c.name for c in CONDITIONS]
-    condition_sets = {"catalogue": catalogue, "catalogue+harsh": [*catalogue, *(c.name for c in HARSH)]}
+    condition_sets = {"catalogue": catalogue, "catalogue+harsh": [*catalogue, *(c.name for c in HARSH)],
+                      "catalogue+axes": [*catalogue, *(c.name for c in AXES)]}
     grow_report.report(folder, arms, condition_sets)
 
 

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from benchmarks import grow_cost, grow_report
 
@@ -41,19 +42,37 @@ def test_learning_rate_schedules() -> None:
     assert lr(55, 100, 10, "linear", 0.3) == grow_cost.PEAK_LR * 45 / 90
 
 
-def test_training_pool_applies_the_condition_to_the_pool_only() -> None:
-    data = SimpleNamespace(train_x=torch.zeros(2000, 3, 4, 4), train_y=torch.arange(2000) % 10,
-                           spec=SimpleNamespace(num_classes=10))
-    arm = grow_cost.Arm("a", grow_cost.SEEDLING, grow_cost.SEEDLING, None, "wsd", condition="pool15k-noise20")
+def test_run_data_applies_the_condition() -> None:
+    labels = torch.arange(2000) % 10
+    spec = SimpleNamespace(num_classes=10)
+    data = SimpleNamespace(train_y=labels, val_y=labels[:500], test_y=labels[:300], spec=spec)
+
+    def run(condition: str) -> grow_cost.RunData:
+        arm = grow_cost.Arm("a", grow_cost.SEEDLING, grow_cost.SEEDLING, None, "wsd", condition=condition)
+        return grow_cost.run_data(arm, data, torch.Generator().manual_seed(0))
+
     with pytest.raises(ValueError, match="needs a pool of 15000"):
-        grow_cost.training_pool(arm, data, torch.Generator().manual_seed(0))
-    arm = grow_cost.Arm("a", grow_cost.SEEDLING, grow_cost.SEEDLING, None, "wsd", condition="noise40")
-    pool, labels = grow_cost.training_pool(arm, data, torch.Generator().manual_seed(0))
-    assert len(pool) == 2000 and int((labels != data.train_y).sum()) == 800
-    names = {a.name for a in grow_cost.condition_arms(20)}
-    assert "static-largest-wsd-pool5k" in names
+        run("pool15k-noise20")
+    noisy = run("noise40")
+    assert torch.equal(noisy.pool, torch.arange(2000)) and int((noisy.labels != labels).sum()) == 800
+    two = run("classes2")
+    kept = set(labels[two.pool].tolist())
+    assert len(kept) == 2 and len(two.pool) == 400 and torch.equal(two.labels, labels)
+    assert set(labels[two.val].tolist()) == kept == set(labels[two.test].tolist()) and len(two.val) == 100
+    assert "static-largest-wsd-pool5k" in {a.name for a in grow_cost.condition_arms(20)}
+    assert "grow25-final-wsd-boost2-res8" in {a.name for a in grow_cost.axes_arms(20)}
     assert grow_cost.Arm("g", grow_cost.SEEDLING, grow_cost.FINAL, 5, "wsd", condition="pool5k").static_twin == (
         "static-final-wsd-pool5k")
+
+
+def test_run_inputs_reduce_resolution() -> None:
+    data = SimpleNamespace(mean=torch.zeros(3), std=torch.ones(3) / 255)  # normalize then leaves pixel values
+    full = grow_cost.RunData(data, grow_cost.PROBE_CONDITIONS["full"], *[torch.zeros(0)] * 4)
+    low = grow_cost.RunData(data, grow_cost.PROBE_CONDITIONS["res16"], *[torch.zeros(0)] * 4)
+    images = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
+    torch.testing.assert_close(full.inputs(images), images.float())
+    assert low.inputs(images).shape == (2, 3, 32, 32)
+    torch.testing.assert_close(low.inputs(images)[:, :, ::2, ::2], F.avg_pool2d(images.float(), 2))
 
 
 def test_committed_table_is_what_the_report_computes_from_its_slices(tmp_path: Path) -> None:

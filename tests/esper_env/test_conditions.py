@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from esper_env.conditions import CONDITIONS, Condition, condition_named, draw_pool, epoch_order, noisy_labels
+from esper_env.conditions import (
+    CONDITIONS,
+    Condition,
+    condition_named,
+    draw_classes,
+    draw_pool,
+    epoch_order,
+    in_play,
+    noisy_labels,
+    reduce_resolution,
+)
 
 
 def _gen(seed: int = 0) -> torch.Generator:
@@ -13,10 +23,12 @@ def _gen(seed: int = 0) -> torch.Generator:
 
 
 def test_pool_is_a_reproducible_subset_of_distinct_images() -> None:
-    pool = draw_pool(Condition("p", pool=300), 1000, _gen(1))
+    pool = draw_pool(Condition("p", pool=300), torch.arange(1000), _gen(1))
     assert len(pool) == 300 and len(set(pool.tolist())) == 300 and int(pool.max()) < 1000
-    assert torch.equal(pool, draw_pool(Condition("p", pool=300), 1000, _gen(1)))
-    assert len(draw_pool(Condition("full"), 1000, _gen(1))) == 1000
+    assert torch.equal(pool, draw_pool(Condition("p", pool=300), torch.arange(1000), _gen(1)))
+    assert sorted(draw_pool(Condition("full"), torch.arange(1000), _gen(1)).tolist()) == list(range(1000))
+    odd = torch.arange(1, 1000, 2)
+    assert all(i % 2 for i in draw_pool(Condition("p", pool=100), odd, _gen(1)).tolist())
 
 
 def test_label_noise_makes_exactly_that_fraction_wrong() -> None:
@@ -39,8 +51,14 @@ def test_errors_name_the_value() -> None:
         Condition("bad", pool=0)
     with pytest.raises(ValueError, match="label_noise=1.0"):
         Condition("bad", label_noise=1.0)
-    with pytest.raises(ValueError, match="needs a pool of 15000 images; the split has 1000"):
-        draw_pool(condition_named("pool15k"), 1000, _gen())
+    with pytest.raises(ValueError, match="needs a pool of 15000 images; it has 1000"):
+        draw_pool(condition_named("pool15k"), torch.arange(1000), _gen())
+    with pytest.raises(ValueError, match="classes=1"):
+        Condition("bad", classes=1)
+    with pytest.raises(ValueError, match="puts 5 classes in play; the data has 4"):
+        draw_classes(Condition("c", classes=5), 4, _gen())
+    with pytest.raises(ValueError, match="resolution=5 does not divide the image size 16"):
+        reduce_resolution(torch.zeros(1, 3, 16, 16), Condition("r", resolution=5))
     with pytest.raises(ValueError, match="condition='nope' is unknown"):
         condition_named("nope")
 
@@ -48,3 +66,22 @@ def test_errors_name_the_value() -> None:
 def test_catalogue_has_two_axes_and_unique_names() -> None:
     assert len({c.name for c in CONDITIONS}) == len(CONDITIONS)
     assert any(c.pool for c in CONDITIONS) and any(c.label_noise for c in CONDITIONS)
+
+
+def test_classes_in_play_select_their_images() -> None:
+    classes = draw_classes(Condition("c", classes=3), 10, _gen(4))
+    assert len(classes) == 3 and len(set(classes.tolist())) == 3
+    assert draw_classes(Condition("all"), 10, _gen(4)) is None
+    labels = torch.arange(100) % 10
+    chosen = in_play(labels, classes)
+    assert len(chosen) == 30 and set(labels[chosen].tolist()) == set(classes.tolist())
+    assert torch.equal(in_play(labels, None), torch.arange(100))
+
+
+def test_reduced_resolution_keeps_the_size_and_averages_blocks() -> None:
+    images = torch.arange(16.0).view(1, 1, 4, 4)
+    reduced = reduce_resolution(images, Condition("r", resolution=2))
+    assert reduced.shape == images.shape
+    assert reduced[0, 0].tolist() == [[2.5, 2.5, 4.5, 4.5], [2.5, 2.5, 4.5, 4.5],
+                                      [10.5, 10.5, 12.5, 12.5], [10.5, 10.5, 12.5, 12.5]]
+    assert reduce_resolution(images, Condition("full")) is images
