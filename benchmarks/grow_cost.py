@@ -34,16 +34,8 @@ import torch.nn.functional as F
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from benchmarks import grow_report
-from esper_env.conditions import (
-    CONDITIONS,
-    Condition,
-    draw_classes,
-    draw_pool,
-    epoch_order,
-    in_play,
-    noisy_labels,
-    reduce_resolution,
-)
+from esper_env import conditions
+from esper_env.conditions import CONDITIONS, Condition
 from esper_env.config import EnvConfig
 from esper_env.data import Dataset, load_dataset, normalize, random_crop_flip
 from esper_env.family import Architecture, FamilyNet, boost_fresh, forward_flops, grow_to, param_count
@@ -191,7 +183,7 @@ class RunData:
 
     def inputs(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 images -> the network's float input: normalised, at the condition's resolution, channels-last."""
-        x = reduce_resolution(normalize(images, self.data.mean, self.data.std), self.condition)
+        x = conditions.reduce_resolution(normalize(images, self.data.mean, self.data.std), self.condition)
         return x.contiguous(memory_format=torch.channels_last)
 
 
@@ -236,15 +228,16 @@ class Reads:
 def run_data(arm: Arm, data: Dataset, gen: torch.Generator) -> RunData:
     """The run's classes in play, pool and (noisy) labels, drawn in that order with the run's generator."""
     condition = PROBE_CONDITIONS[arm.condition]
-    classes = draw_classes(condition, data.spec.num_classes, gen)
-    candidates = in_play(data.train_y, classes)
+    classes = conditions.draw_classes(condition, data.spec.num_classes, gen)
+    candidates = conditions.in_play(data.train_y, classes)
     # With every class in play and no pool size, nothing is drawn: those runs keep the random stream of the runs
     # made before conditions existed.
     plain = classes is None and condition.pool is None
-    pool = candidates if plain else draw_pool(condition, candidates, gen)
+    pool = candidates if plain else conditions.draw_pool(condition, candidates, gen)
     labels = data.train_y.clone()
-    labels[pool] = noisy_labels(data.train_y[pool], condition, data.spec.num_classes, gen)
-    return RunData(data, condition, pool, labels, in_play(data.val_y, classes), in_play(data.test_y, classes))
+    labels[pool] = conditions.noisy_labels(data.train_y[pool], condition, data.spec.num_classes, gen)
+    val, test = conditions.in_play(data.val_y, classes), conditions.in_play(data.test_y, classes)
+    return RunData(data, condition, pool, labels, val, test)
 
 
 def train(arm: Arm, seed: int, data: Dataset, epochs: int) -> dict:
@@ -264,7 +257,7 @@ def train(arm: Arm, seed: int, data: Dataset, epochs: int) -> dict:
         if arm.grow_epoch == epoch:
             grow(net, arm, opt, cpu_gen)
             reads.restart(net)
-        order = run.pool[epoch_order(len(run.pool), n, gen)]
+        order = run.pool[conditions.epoch_order(len(run.pool), n, gen)]
         for i in range(per_epoch):
             step = epoch * per_epoch + i
             for group in opt.param_groups:
