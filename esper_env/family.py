@@ -332,7 +332,8 @@ def boost_fresh(net: FamilyNet, since: Architecture, factor: float) -> list[torc
 
 
 def carry_momentum(optimizer: torch.optim.Optimizer, growth: Growth) -> None:
-    """Point ``optimizer`` at the grown parameters: replaced ones keep their expanded state, added ones join.
+    """Point ``optimizer`` at the grown parameters: replaced ones keep their group and their expanded state,
+    added ones join the first parameter group with fresh state.
 
     Works for any optimizer whose per-parameter state tensors have the parameter's shape (SGD's momentum
     buffer, Adam's moments); scalar state (Adam's step) is copied as is.
