@@ -16,9 +16,9 @@ weight decay 5e-4, label smoothing 0.2, flip + 2-pixel translate): facts from th
     python -m benchmarks.grow_cost --data-dir DIR --set schedules --seeds 0 1 2 --out slice.jsonl [--shard 0/4]
     python -m benchmarks.grow_cost --report benchmarks/results/grow_cost   # benchmarks.grow_report
 
-Each finished run appends one JSON line (arm, seed, test accuracy, params, training FLOPs, the validation
-accuracy after every epoch, seconds); ``--shard i/n`` runs every n-th (arm, seed) pair so several processes
-can share one GPU.
+Each finished run appends one JSON line (arm, seed, test accuracy of the raw and of the EMA weights, params,
+training FLOPs, the validation accuracy after every epoch, seconds); ``--shard i/n`` runs every n-th (arm, seed)
+pair so several processes can share one GPU.
 """
 
 from __future__ import annotations
@@ -277,6 +277,7 @@ def train(arm: Arm, seed: int, data: Dataset, epochs: int) -> dict:
     seconds = time.perf_counter() - started
     return {**asdict(arm), "seed": seed, "epochs": epochs,
             "test_accuracy": accuracy(net, run, "test", tta=True),
+            "test_accuracy_ema": accuracy(reads.ema.module, run, "test", tta=True),
             "params": param_count(net.arch), "train_flops": flops, **reads.curves, "seconds": seconds,
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
 
@@ -286,7 +287,8 @@ def report(folder: Path, epochs: int = 20) -> None:
     arms = {arm.name: arm for make in ARM_SETS.values() for arm in make(epochs)}
     catalogue = [c.name for c in CONDITIONS]
     condition_sets = {"catalogue": catalogue, "catalogue+harsh": [*catalogue, *(c.name for c in HARSH)],
-                      "catalogue+axes": [*catalogue, *(c.name for c in AXES)]}
+                      "catalogue+axes": [*catalogue, *(c.name for c in AXES)],
+                      "catalogue+harsh+axes": [*catalogue, *(c.name for c in HARSH), *(c.name for c in AXES)]}
     grow_report.report(folder, arms, condition_sets)
 
 

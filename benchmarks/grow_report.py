@@ -9,11 +9,16 @@ Rebuilt from the JSON-lines slices in a folder (``python -m benchmarks.grow_cost
   images, no test-time augmentation), estimated from second differences over the stable part of the schedule
   (epochs 3–13 of 20), where the trend is close to linear: for white noise of SD σ on a linear trend,
   Var(v[t+1] − 2 v[t] + v[t−1]) = 6 σ²; the median over seeds, in points;
-* ``oracle.md``: the acceptance screen's criterion 3 on these arms. Return = test % − ``price`` × training
-  FLOPs / the largest static net's. A *plan* is an arm run under every condition of a set; the best single plan
-  has the highest mean return over the set's conditions, the per-condition oracle takes each condition's best
-  plan (chosen knowing the condition, on the same seeds, as the screen defines it), and the gap is paired by
-  seed over the seeds every (plan, condition) pair has.
+* ``oracle.md``: the acceptance screen's criterion 3 on these arms, under two ways of pricing compute
+  (:class:`Price`): *linear*, return = test % − ``flops`` × training FLOPs / the largest static net's; and
+  *per doubling*, return = test % − ``flops`` × log2(training FLOPs / the static seedling's) − ``params`` ×
+  log2(final parameters / the seedling's), so the static seedling pays nothing and every doubling of compute
+  or size costs the same. A linear price leaves the small members almost free (the medium net trains on 11% of
+  the largest's FLOPs), so it separates sizes only at the top of the family, where every condition agrees; a
+  price per doubling separates them all the way down. A *plan* is an arm run under every condition of a set;
+  the best single plan has the highest mean return over the set's conditions, the per-condition oracle takes
+  each condition's best plan (chosen knowing the condition, on the same seeds, as the screen defines it), and
+  the gap is paired by seed over the seeds every (plan, condition) pair has.
 """
 
 from __future__ import annotations
@@ -22,13 +27,33 @@ import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from esper_agent.report import mean_ci95
 
-PRICES = (0.0, 1.0, 2.0, 5.0, 8.0, 10.0)  # return points per largest-static-net's training FLOPs
-REFERENCE_ARM = "static-largest-wsd"  # whose training FLOPs are the price's unit
+REFERENCE_ARM = "static-largest-wsd"  # whose training FLOPs are a linear price's unit
+SEEDLING_ARM = "static-seedling-wsd"  # whose training FLOPs and parameters a price per doubling starts from
+
+
+@dataclass(frozen=True)
+class Price:
+    """How a plan's compute is charged against its test accuracy, in points (see the module docstring)."""
+
+    kind: str  # "linear" or "doubling"
+    flops: float  # points per largest-net's training FLOPs (linear), or per doubling of training FLOPs
+    params: float = 0.0  # points per doubling of the final parameters ("doubling" only)
+
+    def label(self) -> str:
+        if self.kind == "linear":
+            return f"{self.flops:g} × FLOPs/largest"
+        return f"{self.flops:g}/doubling FLOPs + {self.params:g}/doubling params"
+
+
+PRICES = (*(Price("linear", p) for p in (0.0, 1.0, 2.0, 5.0, 8.0, 10.0)),
+          *(Price("doubling", f, p) for f, p in ((1, 0), (2, 0), (3, 0), (0, 1), (1, 1), (2, 1), (1, 1.5),
+                                                   (3, 0.5))))
 
 
 def summarize(rows: list[dict], arms: Mapping[str, Any]) -> list[dict]:
@@ -88,13 +113,21 @@ def table(summary: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def oracle_gap(rows: list[dict], arms: Mapping[str, Any], conditions: Sequence[str], price: float) -> dict | None:
+def oracle_gap(rows: list[dict], arms: Mapping[str, Any], conditions: Sequence[str], price: Price) -> dict | None:
     """Criterion 3 on ``conditions`` at ``price``: best single plan, per-condition oracle, paired gap."""
     by_arm = _accuracies(rows)
     flops = {row["name"]: row["train_flops"] for row in rows}
-    if REFERENCE_ARM not in flops:
+    params = {row["name"]: row["params"] for row in rows}
+    reference = REFERENCE_ARM if price.kind == "linear" else SEEDLING_ARM
+    if reference not in flops:
         return None
-    unit = flops[REFERENCE_ARM]
+
+    def cost(name: str) -> float:
+        if price.kind == "linear":
+            return price.flops * flops[name] / flops[reference]
+        return (price.flops * math.log2(flops[name] / flops[reference])
+                + price.params * math.log2(params[name] / params[reference]))
+
     plans: dict[str, dict[str, str]] = {}  # plan -> condition -> arm name
     for name in by_arm:
         plans.setdefault(arms[name].plan, {})[arms[name].condition] = name
@@ -107,7 +140,7 @@ def oracle_gap(rows: list[dict], arms: Mapping[str, Any], conditions: Sequence[s
 
     def ret(plan: str, condition: str, seed: int) -> float:
         name = plans[plan][condition]
-        return by_arm[name][seed] - price * flops[name] / unit
+        return by_arm[name][seed] - cost(name)
 
     def mean_return(plan: str, condition_set: Sequence[str]) -> float:
         return statistics.mean(ret(plan, c, s) for c in condition_set for s in seeds)
@@ -116,7 +149,7 @@ def oracle_gap(rows: list[dict], arms: Mapping[str, Any], conditions: Sequence[s
     oracle = {c: max(plans, key=lambda p, c=c: mean_return(p, [c])) for c in conditions}
     gaps = [statistics.mean(ret(oracle[c], c, s) - ret(best, c, s) for c in conditions) for s in seeds]
     gap, ci = mean_ci95(gaps)
-    return {"price": price, "conditions": list(conditions), "plans": sorted(plans), "seeds": seeds,
+    return {"price": price.label(), "conditions": list(conditions), "plans": sorted(plans), "seeds": seeds,
             "best_single": best, "oracle": oracle, "gap": gap, "gap_ci95": ci}
 
 
@@ -125,7 +158,7 @@ def oracle_table(results: list[dict]) -> str:
              "|---|---:|---:|---:|---|---|---:|"]
     for r in results:
         picks = ", ".join(f"{c}: {p}" for c, p in r["oracle"].items())
-        lines.append(f"| {', '.join(r['conditions'])} | {r['price']:g} | {len(r['plans'])} | {len(r['seeds'])} | "
+        lines.append(f"| {', '.join(r['conditions'])} | {r['price']} | {len(r['plans'])} | {len(r['seeds'])} | "
                      f"{r['best_single']} | {picks} | {r['gap']:+.2f} ± {r['gap_ci95']:.2f} |")
     return "\n".join(lines) + "\n"
 

@@ -25,6 +25,7 @@ def test_grow_cost_trains_grows_boosts_and_reports(tmp_path: Path) -> None:
     assert grown["params"] == grow_cost.param_count(grow_cost.FINAL)
     assert grown["grow_epoch"] == 1
     assert [len(grown[k]) for k in ("val_curve", "val_curve_tta", "val_curve_ema")] == [2, 2, 2]
+    assert 0.0 <= grown["test_accuracy_ema"] <= 1.0
     static = next(r for r in rows if r["name"] == "static-final-wsd")
     assert grown["train_flops"] < static["train_flops"]  # the seedling's first epoch is cheaper
     grow_cost.report(tmp_path)
@@ -98,12 +99,22 @@ def test_oracle_gap_is_paired_by_seed() -> None:
     rows.append({"name": "static-largest-wsd", "seed": 0, "test_accuracy": 0.5, "train_flops": 1.0, "params": 1,
                  "device": "cpu"})
     arms["static-largest-wsd"] = SimpleNamespace(plan="largest", condition="full", grow_epoch=None, static_twin="")
-    free = grow_report.oracle_gap(rows, arms, ["a", "b"], price=0.0)
+    free = grow_report.oracle_gap(rows, arms, ["a", "b"], grow_report.Price("linear", 0.0))
     assert free["best_single"] == "big" and free["oracle"] == {"a": "big", "b": "small"}
     assert abs(free["gap"] - 1.0) < 1e-9 and free["gap_ci95"] < 1e-9  # (0 + 2) / 2 on both seeds
-    priced = grow_report.oracle_gap(rows, arms, ["a", "b"], price=10.0)  # big costs 10 points, small 5
+    priced = grow_report.oracle_gap(rows, arms, ["a", "b"], grow_report.Price("linear", 10.0))  # big 10, small 5
     assert priced["best_single"] == "small" and priced["oracle"] == {"a": "small", "b": "small"}
     assert priced["gap"] == 0.0
+    assert grow_report.oracle_gap(rows, arms, ["a", "b"], grow_report.Price("doubling", 1.0)) is None  # no seedling
+    rows.append({"name": "static-seedling-wsd", "seed": 0, "test_accuracy": 0.5, "train_flops": 0.5, "params": 1,
+                 "device": "cpu"})
+    arms["static-seedling-wsd"] = SimpleNamespace(plan="seedling", condition="full", grow_epoch=None, static_twin="")
+    for row in rows:
+        row["params"] = 4 if row["name"].startswith("big") else 1
+    # per doubling: big's FLOPs are twice the seedling's (1 point) and its parameters four times (2 x 1 point)
+    doubling = grow_report.oracle_gap(rows, arms, ["a", "b"], grow_report.Price("doubling", 1.0, 1.0))
+    assert doubling["best_single"] == "small" and doubling["oracle"] == {"a": "big", "b": "small"}
+    assert abs(doubling["gap"] - 0.5) < 1e-9  # condition a: 90 - 3 = 87 against 86; b: no gap
 
 
 def test_validation_noise_is_zero_on_a_trend_and_sees_jitter() -> None:
