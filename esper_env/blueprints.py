@@ -82,7 +82,32 @@ BLUEPRINTS: tuple[Blueprint, ...] = (
     Blueprint("conv_light", "x + GN(conv3x3(x)), GN affine zero", _conv_light),
     Blueprint("conv_heavy", "x + GN(conv3x3(ReLU(GN(conv3x3(x))))), the last GN affine zero", _conv_heavy),
 )
-"""Every blueprint, in action-head order (the index is the blueprint head's value)."""
+"""Every blueprint of the small host, in action-head order (the index is the blueprint head's value)."""
 
 
-__all__ = ["BLUEPRINTS", "Blueprint"]
+def _family_only(c: int) -> nn.Module:
+    raise ValueError("the family blueprints grow a family host in place (esper_env.family_host); they have no "
+                     "stand-alone seed")
+
+
+FAMILY_BLUEPRINTS: tuple[Blueprint, ...] = (
+    Blueprint("deepen", "a residual block x + BN0(conv3x3(GELU(BN(conv3x3(x))))) after the stage, BN0 zero",
+              _family_only),
+    Blueprint("widen_s", "the stage gains C/2 channels (split from existing ones), their outgoing weights zero",
+              _family_only),
+    Blueprint("widen_l", "the stage gains C channels (split from existing ones), their outgoing weights zero",
+              _family_only),
+)
+"""What the blueprint head's values mean on the growable family host (``EnvConfig.host == "family"``), in
+action-head order; values past the end are masked off there. The head keeps the small host's size, so that the
+small task's spaces, and every result recorded on it, stay as they were."""
+
+assert len(FAMILY_BLUEPRINTS) <= len(BLUEPRINTS)
+
+
+def catalogue(host: str) -> tuple[Blueprint, ...]:
+    """The blueprints a host of kind ``host`` (``"small"`` or ``"family"``) can plant, in head order."""
+    return FAMILY_BLUEPRINTS if host == "family" else BLUEPRINTS
+
+
+__all__ = ["BLUEPRINTS", "FAMILY_BLUEPRINTS", "Blueprint", "catalogue"]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -25,6 +28,30 @@ class NesterovSGD:
 
     def remove_group(self, slot: int) -> None:
         self.seeds.pop(slot, None)
+
+    @torch.no_grad()
+    def regroup(self, host_params: list[nn.Parameter], seed_groups: dict[int, list[nn.Parameter]],
+                assembly: Mapping[nn.Parameter, Sequence[Any]]) -> None:
+        """Point the optimizer at new parameter lists after the host's shapes changed (a seed joined it).
+
+        A parameter the optimizer already holds keeps its momentum, wherever it moves (a joined seed's block
+        moves from its seed group to the host). A new one gets momentum assembled as the parameter was
+        (``assembly``: new parameter -> pieces with ``where`` and ``source``, see ``family_host.Piece``): the
+        old parameters' momentum where it copied them, zero where its values are fresh.
+        """
+        old = {id(p): b for params, buffers in self._all() for p, b in zip(params, buffers, strict=True)}
+
+        def buffer(param: nn.Parameter) -> torch.Tensor:
+            if id(param) in old:
+                return old[id(param)]
+            out = torch.zeros_like(param)
+            for piece in assembly.get(param, ()):
+                if piece.source is not None and id(piece.source) in old:
+                    out[piece.where] = old[id(piece.source)]
+            return out
+
+        self.host = (list(host_params), [buffer(p) for p in host_params])
+        self.seeds = {slot: (list(params), [buffer(p) for p in params]) for slot, params in seed_groups.items()}
 
     def _all(self) -> list[tuple[list[nn.Parameter], list[torch.Tensor]]]:
         return [self.host, *self.seeds.values()]

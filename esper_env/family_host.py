@@ -1,0 +1,340 @@
+"""The growable family as an Esper host: one slot per stage, seeds that widen or deepen it, and joining.
+
+:class:`FamilyHost` wraps a :class:`~esper_env.family.FamilyNet` and has the interface the trainer and engine
+use for every host (``forward(x, alphas, flags, skip)``, ``slots``, ``host_parameters()``, ``host_buffers()``,
+``plant()``), plus :meth:`FamilyHost.join`, which makes a fossilized seed part of the network and frees its slot,
+so that growth compounds. Slot ``k`` belongs to stage ``k`` and holds at most one seed of one of two kinds:
+
+* **deepen** (:class:`~esper_env.family.ResidualBlock` at the stage's width): sits after the stage's blocks; the
+  slot mixes it in with the lifecycle's forward maths (``host.SlotModule``): ``h + a (s - h) + t (s - s.detach())``.
+  Joining appends the block to the stage.
+* **widen** (:class:`WidenSeed`): ``extra`` new channels of the stage, ``GELU(BN(MaxPool(conv(x_in))))`` from the
+  stage's input ``x_in``, and their outgoing weights into the next layer (the next stage's conv, or the head),
+  zero at birth. The seed's contribution ``d`` is what those weights add to the next layer's output, mixed in as
+  ``y + a d + t (d - d.detach())``: exactly the deepen maths with ``s - h`` replaced by ``d``, so incubation by
+  straight-through, blending and the upstream-gradient flag mean the same for both kinds. The new channels'
+  incoming weights start as noisy copies of existing channels' (Net2Net's split, with the outgoing weights at
+  zero instead of divided, so the function is exactly kept): the probes (``benchmarks/grow_cost.py``) found that
+  split channels catch up much faster than random ones. Joining concatenates the seed's channels to the stage:
+  the stage's conv and norm gain the seed's rows, the stage's residual blocks gain identity channels (new
+  weights that read or write the old channels are zero, the new channels' last norm is zero), and the next
+  layer gains the seed's outgoing weights as input columns. At alpha 1 the network computes exactly what the
+  host with its seed computed.
+
+Joining changes parameter shapes, so it returns, for each new parameter, how it was assembled from old ones
+(:class:`Piece`); the optimizer assembles momentum the same way (``optim.NesterovSGD.regroup``). Seeds' norms are
+BatchNorm, as the family's: a seed that joins must behave as the layer it becomes. Every count is analytic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from esper_env.blueprints import FAMILY_BLUEPRINTS
+from esper_env.family import LOGIT_SCALE, Architecture, FamilyNet, ResidualBlock
+from esper_env.host import SlotModule, _per_sample
+
+SPLIT_NOISE = 0.01  # symmetry-breaking noise of a split channel's copied weights, relative to the weights' SD
+
+
+class WidenSeed(nn.Module):
+    """``extra`` new channels for a stage reading ``c_in`` channels, and their weights into the next layer."""
+
+    def __init__(self, c_in: int, extra: int, c_next: int | None, num_classes: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(c_in, extra, 3, padding=1, bias=False)
+        self.norm = nn.BatchNorm2d(extra)
+        self.out: nn.Module = (nn.Linear(extra, num_classes, bias=False) if c_next is None
+                               else nn.Conv2d(extra, c_next, 3, padding=1, bias=False))
+        nn.init.zeros_(self.out.weight)
+
+    @property
+    def to_head(self) -> bool:
+        return isinstance(self.out, nn.Linear)
+
+    def channels(self, x: torch.Tensor) -> torch.Tensor:
+        """The new channels, at the stage's output resolution."""
+        return F.gelu(self.norm(F.max_pool2d(self.conv(x), 2)))
+
+    def contribution(self, e: torch.Tensor) -> torch.Tensor:
+        """What the new channels add to the next layer's output (the next conv's, or the scaled logits)."""
+        if self.to_head:
+            return self.out(F.adaptive_max_pool2d(e, 1).flatten(1)) * LOGIT_SCALE
+        return self.out(e)
+
+    @torch.no_grad()
+    def split_from(self, stage_conv: nn.Conv2d, stage_norm: nn.BatchNorm2d, generator: torch.Generator) -> None:
+        """Copy randomly chosen existing channels' incoming weights (with noise) and norm state."""
+        sources = torch.randint(stage_conv.out_channels, (self.conv.out_channels,), generator=generator)
+        weight = stage_conv.weight.detach()
+        noise = torch.randn(self.conv.weight.shape, generator=generator).to(weight.device, weight.dtype)
+        self.conv.weight.copy_(weight[sources.to(weight.device)] + SPLIT_NOISE * float(weight.std()) * noise)
+        index = sources.to(stage_norm.weight.device)
+        for name in ("weight", "bias", "running_mean", "running_var"):
+            getattr(self.norm, name).copy_(getattr(stage_norm, name)[index])
+
+
+class FamilySlot(SlotModule):
+    """Stage ``stage``'s slot: a deepen seed mixed in after the stage, or a widen seed read by the next layer."""
+
+    def __init__(self, channels: int, stage: int) -> None:
+        super().__init__(channels)
+        self.stage = stage
+
+    @property
+    def widens(self) -> bool:
+        return isinstance(self.seed, WidenSeed)
+
+    def forward(self, h: torch.Tensor, alpha: torch.Tensor, straight: torch.Tensor,
+                upstream: torch.Tensor) -> torch.Tensor:
+        return h if self.widens else super().forward(h, alpha, straight, upstream)
+
+    def widen_channels(self, x_in: torch.Tensor, upstream: torch.Tensor) -> torch.Tensor:
+        x = torch.lerp(x_in.detach(), x_in, upstream) if torch.is_grad_enabled() else x_in
+        return self.seed.channels(x)
+
+    def mix(self, y: torch.Tensor, e: torch.Tensor, alpha: torch.Tensor, straight: torch.Tensor) -> torch.Tensor:
+        """``y + a d + t (d - d.detach())`` with ``d`` the widen seed's contribution to ``y``."""
+        d = self.seed.contribution(e)
+        a = _per_sample(alpha, y.shape[0])
+        if a.dim() and y.dim() == 2:
+            a = a.view(-1, 1)
+        out = y + a * d
+        return out + straight * (d - d.detach()) if torch.is_grad_enabled() else out
+
+
+@dataclass(frozen=True)
+class Piece:
+    """Where in a new tensor a part comes from: ``source`` (an old parameter, copied whole) or ``fresh`` (new
+    values; an optimizer starts their state at zero)."""
+
+    where: tuple[slice, ...]
+    source: nn.Parameter | None = None
+    fresh: torch.Tensor | None = None
+
+
+Assembly = dict[nn.Parameter, list[Piece]]
+"""New parameter -> the pieces it was assembled from."""
+
+
+class FamilyHost(nn.Module):
+    """A :class:`FamilyNet` with one :class:`FamilySlot` per stage (see the module docstring)."""
+
+    def __init__(self, arch: Architecture, num_classes: int, in_channels: int) -> None:
+        super().__init__()
+        self.net = FamilyNet(arch, num_classes, in_channels)
+        self.num_classes = num_classes
+        self.slots = nn.ModuleList(FamilySlot(w, k) for k, w in enumerate(arch.widths))
+        self.version = 0  # bumped whenever the host's own tensors change shape: graphs must be re-captured
+
+    @property
+    def arch(self) -> Architecture:
+        return self.net.arch
+
+    @property
+    def classifier(self) -> nn.Linear:
+        return self.net.head
+
+    def forward(self, x: torch.Tensor, alphas: torch.Tensor, flags: torch.Tensor,
+                skip: tuple[bool, ...] = ()) -> torch.Tensor:
+        """As ``host.HostModel.forward``: ``alphas`` ``(num_slots,)`` or ``(num_slots, K)``; ``flags``
+        ``(2, num_slots)``."""
+        h = self.net.stem(x)
+        pending: tuple[int, torch.Tensor] | None = None  # a widen seed's new channels, for the next layer
+        for k, stage in enumerate(self.net.stages):
+            slot, on = self.slots[k], self.slots[k].seed is not None and not (skip and skip[k])
+            e = slot.widen_channels(h, flags[1, k]) if on and slot.widens else None
+            y = stage.conv(h)
+            if pending is not None:
+                y = self.slots[pending[0]].mix(y, pending[1], alphas[pending[0]], flags[0, pending[0]])
+            h = F.gelu(stage.norm(F.max_pool2d(y, 2)))
+            for block in stage.blocks:
+                h = block(h)
+            if on and not slot.widens:
+                h = slot(h, alphas[k], flags[0, k], flags[1, k])
+            pending = (k, e) if e is not None else None
+        logits = self.net.head(F.adaptive_max_pool2d(h, 1).flatten(1)) * LOGIT_SCALE
+        if pending is not None:
+            logits = self.slots[pending[0]].mix(logits, pending[1], alphas[pending[0]], flags[0, pending[0]])
+        return logits
+
+    def host_parameters(self) -> list[nn.Parameter]:
+        return list(self.net.parameters())
+
+    def host_buffers(self) -> list[torch.Tensor]:
+        return [b for b in self.net.buffers() if b.dim() > 0]
+
+    def plant(self, slot: int, blueprint: int, gated: bool) -> list[nn.Parameter]:
+        """Plant the family blueprint ``blueprint`` in ``slot``; weights from torch's global generator."""
+        if gated:
+            raise ValueError("the family host has no gated blend; expected the linear or cosine blend")
+        if not 0 <= blueprint < len(FAMILY_BLUEPRINTS):
+            raise ValueError(f"blueprint={blueprint!r} cannot grow the family host; expected an index in "
+                             f"[0, {len(FAMILY_BLUEPRINTS)}): {[b.name for b in FAMILY_BLUEPRINTS]}")
+        name = FAMILY_BLUEPRINTS[blueprint].name
+        device = self.net.head.weight.device
+        module = self.slots[slot]
+        if name == "deepen":
+            seed: nn.Module = ResidualBlock(self.arch.widths[slot])
+        else:
+            seed = self._widen_seed(slot, widen_extra(self.arch.widths[slot], name))
+        module.plant(seed.to(device), None)
+        return list(seed.parameters())
+
+    def _widen_seed(self, slot: int, extra: int) -> WidenSeed:
+        arch, stage = self.arch, self.net.stages[slot]
+        c_in = arch.stem if slot == 0 else arch.widths[slot - 1]
+        c_next = arch.widths[slot + 1] if slot + 1 < len(arch.widths) else None
+        seed = WidenSeed(c_in, extra, c_next, self.num_classes).to(stage.conv.weight.device)
+        generator = torch.Generator().manual_seed(int(torch.randint(2**62, ())))  # from the seeded global stream
+        seed.split_from(stage.conv, stage.norm, generator)
+        return seed
+
+    def join(self, slot: int) -> Assembly:
+        """Make the seed in ``slot`` part of the network (exactly, at alpha 1) and empty the slot."""
+        module = self.slots[slot]
+        if module.seed is None:
+            raise ValueError(f"slot {slot} holds no seed to join")
+        assembly: Assembly = {}
+        if module.widens:
+            assembly = _join_widen(self, slot, module.seed)
+        else:
+            self.net.stages[slot].blocks.append(module.seed)
+            self.net.arch = self.net.arch.deepened(slot)
+        module.clear()
+        self.version += 1
+        return assembly
+
+
+WIDEN_FACTORS = {"widen_s": 0.5, "widen_l": 1.0}
+"""Width blueprints: the channels they add, as a fraction of the stage's current width."""
+
+
+def widen_extra(width: int, name: str) -> int:
+    """Channels the widen blueprint ``name`` adds to a stage of ``width`` channels (at least one)."""
+    return max(1, round(width * WIDEN_FACTORS[name]))
+
+
+# --- joining a widen seed ----------------------------------------------------------------------------------
+
+
+def _join_widen(host: FamilyHost, k: int, seed: WidenSeed) -> Assembly:
+    net, assembly = host.net, {}
+    stage, old, extra = net.stages[k], host.arch.widths[k], seed.conv.out_channels
+    new = old + extra
+    _set(stage.conv, "weight", _rows(stage.conv.weight, seed.conv.weight), assembly)
+    _join_norm(stage.norm, seed.norm, assembly)
+    for block in stage.blocks:
+        _widen_block(block, old, new, assembly)
+    consumer = net.stages[k + 1].conv if k + 1 < len(net.stages) else net.head
+    _set(consumer, "weight", _cols(consumer.weight, seed.out.weight), assembly)
+    _widen_neighbours(host, k, extra, assembly)
+    for module in (stage.conv, stage.norm, consumer):
+        _fix_shape_attributes(module)
+    net.arch = net.arch.widened(k, new)
+    host.slots[k].channels = new
+    return assembly
+
+
+def _widen_neighbours(host: FamilyHost, k: int, extra: int, assembly: Assembly) -> None:
+    """Live widen seeds that read stage ``k``'s output or write into its conv gain zero weights for the new
+    channels, so they compute what they computed before."""
+    if k + 1 < len(host.slots) and host.slots[k + 1].widens:
+        conv = host.slots[k + 1].seed.conv
+        _set(conv, "weight", _zero_cols(conv.weight, extra), assembly)
+        _fix_shape_attributes(conv)
+    if k > 0 and host.slots[k - 1].widens:
+        out = host.slots[k - 1].seed.out
+        _set(out, "weight", _zero_rows(out.weight, extra), assembly)
+        _fix_shape_attributes(out)
+
+
+def _widen_block(block: ResidualBlock, old: int, new: int, assembly: Assembly) -> None:
+    """Give a residual block identity channels: new hidden and output rows are freshly drawn, but every weight
+    from a new channel into an old one is zero and the new output channels' last norm is zero."""
+    for conv in (block.conv1, block.conv2):
+        fresh = nn.Conv2d(new, new - old, 3, padding=1, bias=False).to(conv.weight.device, conv.weight.dtype)
+        weight = torch.zeros(new, new, 3, 3, device=conv.weight.device, dtype=conv.weight.dtype)
+        pieces = [Piece((slice(0, old), slice(0, old)), source=conv.weight),
+                  Piece((slice(old, new),), fresh=fresh.weight.detach())]
+        _set(conv, "weight", _assemble(weight, pieces), assembly)
+        _fix_shape_attributes(conv)
+    _grow_norm(block.norm1, new - old, zero=False, assembly=assembly)
+    _grow_norm(block.norm2, new - old, zero=True, assembly=assembly)
+
+
+def _join_norm(norm: nn.BatchNorm2d, seed_norm: nn.BatchNorm2d, assembly: Assembly) -> None:
+    for name in ("weight", "bias"):
+        _set(norm, name, _rows(getattr(norm, name), getattr(seed_norm, name)), assembly)
+    for name in ("running_mean", "running_var"):
+        setattr(norm, name, torch.cat([getattr(norm, name), getattr(seed_norm, name)]))
+    _fix_shape_attributes(norm)
+
+
+def _grow_norm(norm: nn.BatchNorm2d, extra: int, zero: bool, assembly: Assembly) -> None:
+    """Append ``extra`` channels: weight 1 (0 when ``zero``), bias 0, running mean 0 and variance 1."""
+    for name, value in (("weight", 0.0 if zero else 1.0), ("bias", 0.0)):
+        old = getattr(norm, name)
+        fresh = torch.full((extra,), value, device=old.device, dtype=old.dtype)
+        _set(norm, name, _assemble(torch.empty(len(old) + extra, device=old.device, dtype=old.dtype),
+                                   [Piece((slice(0, len(old)),), source=old), Piece((slice(len(old), None),),
+                                                                                   fresh=fresh)]), assembly)
+    for name, value in (("running_mean", 0.0), ("running_var", 1.0)):
+        old = getattr(norm, name)
+        setattr(norm, name, torch.cat([old, torch.full((extra,), value, device=old.device, dtype=old.dtype)]))
+    _fix_shape_attributes(norm)
+
+
+def _rows(old: nn.Parameter, seed: nn.Parameter) -> tuple[torch.Tensor, list[Piece]]:
+    n = old.shape[0]
+    return (torch.cat([old.detach(), seed.detach()]),
+                   [Piece((slice(0, n),), source=old), Piece((slice(n, None),), source=seed)])
+
+
+def _cols(old: nn.Parameter, seed: nn.Parameter) -> tuple[torch.Tensor, list[Piece]]:
+    n = old.shape[1]
+    return (torch.cat([old.detach(), seed.detach()], 1),
+                   [Piece((slice(None), slice(0, n)), source=old), Piece((slice(None), slice(n, None)), source=seed)])
+
+
+def _zero_cols(old: nn.Parameter, extra: int) -> tuple[torch.Tensor, list[Piece]]:
+    shape = (old.shape[0], extra, *old.shape[2:])
+    zeros = torch.zeros(shape, device=old.device, dtype=old.dtype)
+    return (torch.cat([old.detach(), zeros], 1),
+                   [Piece((slice(None), slice(0, old.shape[1])), source=old),
+                    Piece((slice(None), slice(old.shape[1], None)), fresh=zeros)])
+
+
+def _zero_rows(old: nn.Parameter, extra: int) -> tuple[torch.Tensor, list[Piece]]:
+    zeros = torch.zeros((extra, *old.shape[1:]), device=old.device, dtype=old.dtype)
+    return (torch.cat([old.detach(), zeros]),
+                   [Piece((slice(0, old.shape[0]),), source=old), Piece((slice(old.shape[0], None),), fresh=zeros)])
+
+
+def _assemble(out: torch.Tensor, pieces: list[Piece]) -> tuple[torch.Tensor, list[Piece]]:
+    with torch.no_grad():
+        for piece in pieces:
+            out[piece.where] = piece.source.detach() if piece.source is not None else piece.fresh
+    return out, pieces
+
+
+def _set(module: nn.Module, name: str, built: tuple[torch.Tensor, list[Piece]], assembly: Assembly) -> None:
+    value, pieces = built
+    param = nn.Parameter(value.contiguous())
+    setattr(module, name, param)
+    assembly[param] = pieces
+
+
+def _fix_shape_attributes(module: nn.Module) -> None:
+    """Keep the modules' shape attributes (their ``repr`` and checks read them) true after a join."""
+    weight = module.weight
+    if isinstance(module, nn.Conv2d):
+        module.out_channels, module.in_channels = weight.shape[0], weight.shape[1]
+    elif isinstance(module, nn.BatchNorm2d):
+        module.num_features = weight.shape[0]
+    elif isinstance(module, nn.Linear):
+        module.out_features, module.in_features = weight.shape

@@ -1,0 +1,143 @@
+"""The family host: seeds are the identity at birth, joining keeps the function exactly, momentum follows."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from esper_env.blueprints import FAMILY_BLUEPRINTS
+from esper_env.family import Architecture, param_count
+from esper_env.family_host import FamilyHost, widen_extra
+from esper_env.optim import NesterovSGD
+
+INDEX = {bp.name: i for i, bp in enumerate(FAMILY_BLUEPRINTS)}
+ARCH = Architecture((8, 12, 16), (0, 1, 0), stem=6)
+
+
+def _host(seed: int = 0) -> FamilyHost:
+    torch.manual_seed(seed)
+    return FamilyHost(ARCH, num_classes=5, in_channels=3)
+
+
+def _controls(alpha: float, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """alphas and flags for every slot in one forward mode (see host.py's table)."""
+    straight, upstream = {"incubate": (1.0, 0.0), "blend": (0.0, 0.0), "full": (0.0, 1.0)}[mode]
+    return torch.full((3,), alpha), torch.tensor([[straight] * 3, [upstream] * 3])
+
+
+def _train_a_little(host: FamilyHost) -> None:
+    """Move every weight and BatchNorm statistic well away from its initial value, as training would (zero
+    outgoing weights and zero last norms included), so that exactness is tested on a general network."""
+    generator = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for p in host.parameters():
+            p.add_(0.5 * torch.randn(p.shape, generator=generator))
+        for name, b in host.named_buffers():
+            if name.endswith("running_mean"):
+                b.copy_(0.3 * torch.randn(b.shape, generator=generator))
+            elif name.endswith("running_var"):
+                b.copy_(0.5 + torch.rand(b.shape, generator=generator))
+
+
+@pytest.mark.parametrize("name", ["deepen", "widen_s", "widen_l"])
+@pytest.mark.parametrize("slot", [0, 1, 2])
+def test_a_planted_seed_changes_nothing_at_birth(name: str, slot: int) -> None:
+    host = _host()
+    _train_a_little(host)
+    host.eval()
+    x = torch.randn(4, 3, 16, 16)
+    before = host(x, *_controls(1.0, "full"))
+    torch.manual_seed(1)
+    host.plant(slot, INDEX[name], gated=False)
+    for mode in ("incubate", "blend", "full"):
+        assert torch.allclose(host(x, *_controls(1.0, mode)), before, atol=1e-6), mode
+
+
+@pytest.mark.parametrize("name", ["deepen", "widen_s", "widen_l"])
+@pytest.mark.parametrize("slot", [0, 1, 2])
+def test_joining_keeps_the_function_and_grows_the_architecture(name: str, slot: int) -> None:
+    host = _host()
+    torch.manual_seed(1)
+    host.plant(slot, INDEX[name], gated=False)
+    _train_a_little(host)  # the seed's outgoing weights and its block's last norm are no longer zero
+    host.eval()
+    x = torch.randn(4, 3, 16, 16)
+    alphas, flags = _controls(1.0, "full")
+    with_seed = host(x, alphas, flags)
+    host.join(slot)
+    assert host.slots[slot].seed is None and host.version == 1
+    assert torch.allclose(host(x, alphas, flags), with_seed, rtol=1e-4, atol=1e-5)
+    expected = (ARCH.deepened(slot) if name == "deepen"
+                else ARCH.widened(slot, ARCH.widths[slot] + widen_extra(ARCH.widths[slot], name)))
+    assert host.arch == expected
+    assert sum(p.numel() for p in host.host_parameters()) == param_count(expected, 5, 3)
+
+
+def test_joining_keeps_live_neighbours_exact() -> None:
+    host = _host()
+    torch.manual_seed(1)
+    for slot in range(3):
+        host.plant(slot, INDEX["widen_s"], gated=False)
+    _train_a_little(host)
+    host.eval()
+    x = torch.randn(4, 3, 16, 16)
+    alphas, flags = _controls(0.6, "blend")
+    before = host(x, alphas, flags)
+    host.join(1)  # slot 0's seed writes into stage 1's conv, slot 2's reads stage 1's output
+    assert host.slots[1].seed is None
+    alphas[1] = 0.0  # the joined seed's slot is empty; its alpha no longer matters, but its channels are full
+    with_joined = host(x, alphas, flags)
+    alphas_before = alphas.clone()
+    alphas_before[1] = 1.0
+    assert torch.allclose(with_joined, host(x, alphas_before, flags), atol=1e-6)
+    assert with_joined.shape == before.shape
+
+
+def test_growth_compounds_in_one_slot() -> None:
+    host = _host()
+    for round_ in range(3):
+        torch.manual_seed(round_)
+        host.plant(2, INDEX["widen_l"], gated=False)
+        host.join(2)
+    assert host.arch.widths[2] == 16 * 8
+    torch.manual_seed(5)
+    host.plant(2, INDEX["deepen"], gated=False)
+    host.join(2)
+    assert host.arch.blocks[2] == 1 and host.version == 4
+
+
+def test_momentum_follows_the_join() -> None:
+    host = _host()
+    torch.manual_seed(1)
+    params = host.plant(1, INDEX["widen_s"], gated=False)
+    opt = NesterovSGD(host.host_parameters(), momentum=0.9, weight_decay=0.0)
+    opt.add_group(1, params)
+    alphas, flags = _controls(0.5, "blend")
+    for _ in range(2):
+        loss = host(torch.randn(8, 3, 16, 16), alphas, flags).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step(torch.tensor([0.1, 0.1]))
+    stage_conv, seed_conv = host.net.stages[1].conv.weight, host.slots[1].seed.conv.weight
+    old_stage_momentum = dict(zip(map(id, opt.host[0]), opt.host[1], strict=True))[id(stage_conv)].clone()
+    seed_momentum = opt.seeds[1][1][params.index(seed_conv)].clone()
+    assembly = host.join(1)
+    opt.regroup(host.host_parameters(), {}, assembly)
+    grown = host.net.stages[1].conv.weight
+    momentum = dict(zip(map(id, opt.host[0]), opt.host[1], strict=True))[id(grown)]
+    rows = stage_conv.shape[0]
+    assert torch.equal(momentum[:rows], old_stage_momentum) and torch.equal(momentum[rows:], seed_momentum)
+    block = host.net.stages[1].blocks[0]  # stage 1 had one block: it gained identity channels, zero momentum
+    grown_block = dict(zip(map(id, opt.host[0]), opt.host[1], strict=True))[id(block.conv1.weight)]
+    assert grown_block[rows:].abs().sum() == 0 and grown_block[:rows, :rows].abs().sum() > 0
+    assert not opt.seeds
+
+
+def test_the_family_host_refuses_what_it_cannot_grow() -> None:
+    host = _host()
+    with pytest.raises(ValueError, match="cannot grow the family host"):
+        host.plant(0, len(FAMILY_BLUEPRINTS), gated=False)
+    with pytest.raises(ValueError, match="no gated blend"):
+        host.plant(0, INDEX["deepen"], gated=True)
+    with pytest.raises(ValueError, match="holds no seed"):
+        host.join(0)
