@@ -37,7 +37,8 @@ class Measurement(NamedTuple):
 
 
 class ModuleChange(NamedTuple):
-    """What the engine must do to the sub-env's modules: ``kind`` is "plant" or "remove"."""
+    """What the engine must do to the sub-env's modules: ``kind`` is "plant", "remove" or "join" (a fossilized
+    seed becomes part of a growable host and leaves its slot)."""
 
     kind: str
     slot: int
@@ -81,9 +82,11 @@ def _seed_sizes(slots: tuple[SlotState, ...], param_table: np.ndarray) -> list[t
     return [(s, param_table[i, s.blueprint, int(s.blend == GATED)]) for i, s in enumerate(slots) if s.has_seed]
 
 
-def apply_action(episode: Episode, action: np.ndarray, valid: bool) -> tuple[list[ModuleChange], float]:
+def apply_action(episode: Episode, action: np.ndarray, valid: bool,
+                 joins: bool = False) -> tuple[list[ModuleChange], float]:
     """Apply a validated action's op (WAIT if ``valid`` is False). Returns module changes and the last
-    measured contribution of a seed this op pruned (0.0 if none), for the contribution reward."""
+    measured contribution of a seed this op pruned (0.0 if none), for the contribution reward. With ``joins``
+    (a growable host) FOSSILIZE also joins the seed to the host and frees its slot (``lifecycle.release``)."""
     op = Op(int(action[Head.OP])) if valid else Op.WAIT
     episode.last_op, episode.last_valid = int(op), valid
     if op == Op.WAIT:
@@ -101,6 +104,9 @@ def apply_action(episode: Episode, action: np.ndarray, valid: bool) -> tuple[lis
         changes.append(ModuleChange("remove", slot))
     elif op == Op.FOSSILIZE:
         new = lifecycle.fossilize(state)
+        if joins:
+            new = lifecycle.release(new)
+            changes.append(ModuleChange("join", slot))
     else:
         new = lifecycle.advance(state)
     episode.slots = _replace(episode.slots, slot, new)

@@ -45,6 +45,13 @@ TRANSITIONS: Mapping[Stage, tuple[Stage, ...]] = MappingProxyType({
 })
 
 
+JOINING: Mapping[Stage, tuple[Stage, ...]] = MappingProxyType({**TRANSITIONS, S.FOSSILIZED: (S.DORMANT,)})
+"""The growable family host's table: :data:`TRANSITIONS` plus FOSSILIZED -> DORMANT. There a fossilized seed
+joins the host (its weights become the host's, ``family_host.FamilyHost.join``) and its slot is free to grow
+again, so growth compounds; on the small host a fossilized seed stays in its slot for good. Every rule derived
+below reads :data:`TRANSITIONS`: the one extra move happens only through :func:`release`."""
+
+
 def sources_of(target: Stage) -> frozenset[Stage]:
     """The stages from which the table allows a move to ``target``."""
     return frozenset(s for s, successors in TRANSITIONS.items() if target in successors)
@@ -230,6 +237,13 @@ def fossilize(state: SlotState) -> SlotState:
     return dataclasses.replace(_enter(state, S.FOSSILIZED), alpha=1.0)
 
 
+def release(state: SlotState) -> SlotState:
+    """Free the slot of a fossilized seed that joined the host (the :data:`JOINING` table's extra move)."""
+    if state.stage != S.FOSSILIZED:  # the one move JOINING adds; EMBARGOED -> DORMANT is the embargo's timer
+        raise ValueError(f"illegal lifecycle move {state.stage.name} -> DORMANT; only a fossilized seed joins")
+    return EMPTY
+
+
 def _enter(state: SlotState, stage: Stage) -> SlotState:
     return dataclasses.replace(state, stage=stage, epochs_in_stage=0)
 
@@ -279,5 +293,6 @@ __all__ = [
     "SEEDED", "LIVE", "TERMINAL", "COOLDOWN", "GERMINABLE", "PRUNABLE", "FOSSILIZABLE", "INCUBATING",
     "FULLY_BLENDED", "ADVANCE_TARGET", "GROWTH_PATH", "BLEND_STAGE", "sources_of", "reachable_from",
     "may_germinate", "may_advance", "may_prune", "may_fossilize", "germinate", "advance", "prune", "fossilize",
+    "JOINING", "release",
     "record_epoch", "tick", "blend_curve",
 ]

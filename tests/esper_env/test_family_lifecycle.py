@@ -1,0 +1,45 @@
+"""The growable host's lifecycle: FOSSILIZE joins the seed and frees its slot; nothing else may release one."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from esper_env import lifecycle as L
+from esper_env.episode import Episode, ModuleChange, apply_action
+from esper_env.spaces import Head, Op
+
+
+def _holding() -> L.SlotState:
+    return dataclasses.replace(L.SlotState(stage=L.Stage.HOLDING, blueprint=1, blend=0, tempo=3), alpha=1.0,
+                               contribution=0.5)
+
+
+def _fossilize_action(slot: int) -> np.ndarray:
+    action = np.zeros(len(Head), np.int64)
+    action[Head.OP], action[Head.SLOT] = Op.FOSSILIZE, slot
+    return action
+
+
+def test_the_joining_table_adds_only_the_release_of_a_fossilized_slot() -> None:
+    extra = {s: set(L.JOINING[s]) - set(L.TRANSITIONS[s]) for s in L.Stage}
+    assert extra == {s: ({L.Stage.DORMANT} if s == L.Stage.FOSSILIZED else set()) for s in L.Stage}
+    assert L.release(L.fossilize(_holding())) == L.EMPTY
+
+
+@pytest.mark.parametrize("stage", [s for s in L.Stage if s != L.Stage.FOSSILIZED])
+def test_only_a_fossilized_seed_is_released(stage: L.Stage) -> None:
+    with pytest.raises(ValueError, match="only a fossilized seed joins"):
+        L.release(L.SlotState(stage=stage))
+
+
+@pytest.mark.parametrize("joins", [False, True])
+def test_fossilize_joins_only_on_a_growable_host(joins: bool) -> None:
+    episode = Episode(slots=(L.EMPTY, _holding()))
+    changes, _ = apply_action(episode, _fossilize_action(1), valid=True, joins=joins)
+    if joins:
+        assert changes == [ModuleChange("join", 1)] and episode.slots[1] == L.EMPTY
+    else:
+        assert changes == [] and episode.slots[1].stage == L.Stage.FOSSILIZED
