@@ -165,6 +165,22 @@ class FamilyHost(nn.Module):
     def host_parameters(self) -> list[nn.Parameter]:
         return list(self.net.parameters())
 
+    def seed_counts(self, slot: int, image_size: int) -> tuple[int, int]:
+        """Parameters and forward FLOPs per image (multiply-adds x 2, convolutions and head) of ``slot``'s seed;
+        (0, 0) when empty. Analytic, like ``family.forward_flops``."""
+        seed, arch = self.slots[slot].seed, self.arch
+        if seed is None:
+            return 0, 0
+        params = sum(p.numel() for p in seed.parameters())
+        out_pixels = (image_size // 2 ** (slot + 1)) ** 2  # the stage's resolution, after its pool
+        if isinstance(seed, ResidualBlock):
+            return params, 2 * 2 * 9 * arch.widths[slot] ** 2 * out_pixels
+        c_in, extra = seed.conv.in_channels, seed.conv.out_channels
+        flops = 2 * 9 * c_in * extra * out_pixels * 4  # the seed's conv runs before the pool, like the stage's
+        weight = seed.out.weight
+        flops += 2 * weight.numel() * (1 if seed.to_head else out_pixels)
+        return params, flops
+
     def host_buffers(self) -> list[torch.Tensor]:
         return [b for b in self.net.buffers() if b.dim() > 0]
 

@@ -141,3 +141,23 @@ def test_the_family_host_refuses_what_it_cannot_grow() -> None:
         host.plant(0, INDEX["deepen"], gated=True)
     with pytest.raises(ValueError, match="holds no seed"):
         host.join(0)
+
+
+@pytest.mark.parametrize("name", ["deepen", "widen_s", "widen_l"])
+@pytest.mark.parametrize("slot", [0, 1, 2])
+def test_seed_counts_are_what_the_seed_adds_once_joined(name: str, slot: int) -> None:
+    from esper_env.family import forward_flops
+
+    host = _host()
+    torch.manual_seed(1)
+    host.plant(slot, INDEX[name], gated=False)
+    params, flops = host.seed_counts(slot, image_size=16)
+    before = host.arch
+    host.join(slot)
+    # a widen seed's channels also gain identity weights in the stage's blocks when they join: not the seed's
+    blocks_growth = param_count(host.arch, 5, 3) - param_count(before, 5, 3) - params
+    assert params > 0 and (blocks_growth == 0 or (name != "deepen" and before.blocks[slot] > 0))
+    grown = forward_flops(host.arch, 16, 5, 3) - forward_flops(before, 16, 5, 3)
+    if blocks_growth == 0:
+        assert flops == grown
+    assert host.seed_counts(slot, 16) == (0, 0)
