@@ -7,8 +7,8 @@ and graphs replayed on one stream per sub-env let several small hosts share the 
 * each sub-env owns a stream; its training step and its validation pass (with all counterfactual
   configurations) are captured as CUDA graphs and replayed on that stream, round-robin over sub-envs batch by
   batch;
-* the training graph is re-captured only when a seed is planted or removed (stage changes only change device
-  tensors: see ``host``), the validation graph also when the set of blended seeds changes its
+* the training graph is re-captured only when a seed is planted or removed, or joins a growable host (stage
+  changes only change device tensors: see ``host``), the validation graph also when the set of blended seeds changes its
   configurations; the first batch after a change runs eagerly as warm-up, and it is a real training step, so
   capturing changes nothing in the trajectory;
 * capture uses ``CUDAGraph.capture_begin/end`` directly: ``torch.cuda.graph`` would synchronise the device
@@ -216,11 +216,12 @@ class Engine:
         """Drop sub-env ``i``'s graphs if its seed modules changed since they were captured."""
         if not self.use_graphs:
             return
-        slots = self.trainers[i].model.slots
-        modules = tuple(m for s in slots for m in (s.seed, s.gate))
+        model = self.trainers[i].model
+        # A growable host's own tensors change shape when a seed joins it: its ``version`` then moves on.
+        modules = (*(m for s in model.slots for m in (s.seed, s.gate)), getattr(model, "version", 0))
         current = self._graphs[i]
         if current is None or len(current.modules) != len(modules) or any(
-                a is not b for a, b in zip(current.modules, modules, strict=True)):
+                a is not b and a != b for a, b in zip(current.modules, modules, strict=True)):
             self._graphs[i] = GraphSet(modules)
 
     def _train_batch(self, i: int) -> None:
