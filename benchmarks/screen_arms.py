@@ -1,0 +1,115 @@
+"""The acceptance screen's arms as data, and the named arm sets (:data:`ARM_SETS`) a screen command picks from.
+
+An :class:`Arm` is a name, a policy kind, the env kwargs it overrides (a static arm of another size is the WAIT
+policy on another starting host, e.g. ``{"host_widths": [16, 32, 64]}``) and, for kind ``plan``, a list of
+:class:`PlanStep`: "from this epoch on, do this op in this slot as soon as the masks allow it", which
+``benchmarks.screen.PlanActor`` executes. A growth plan may name its ``twin``, the static arm whose architecture
+it ends at (the screen's criterion 2). Blueprint names resolve through ``esper_env.blueprints.BLUEPRINTS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from esper_env.blueprints import BLUEPRINTS
+from esper_env.spaces import Op
+
+KINDS = ("static", "random", "heuristic", "plan")
+SEEDLING_ARM = "static-seedling"
+"""The static seedling's arm name in every set: the screen's baseline (``benchmarks.screen_report``)."""
+BLUEPRINT_INDEX = {blueprint.name: i for i, blueprint in enumerate(BLUEPRINTS)}
+
+
+def blueprint_index(name: str) -> int:
+    """The blueprint head's value for a catalogue name (``esper_env.blueprints.BLUEPRINTS``)."""
+    if name not in BLUEPRINT_INDEX:
+        raise ValueError(f"blueprint {name!r} is not in the catalogue; expected one of {list(BLUEPRINT_INDEX)}")
+    return BLUEPRINT_INDEX[name]
+
+
+class PlanStep(NamedTuple):
+    """From step ``epoch`` of the episode on (counted from 0), do ``op`` in ``slot`` as soon as the masks allow
+    it; ``blueprint`` names what GERMINATE plants (None for the other ops)."""
+
+    epoch: int
+    op: Op
+    slot: int
+    blueprint: str | None = None
+
+
+def plan_step(epoch: int, op: Op | str, slot: int, blueprint: str | None = None) -> PlanStep:
+    """A checked :class:`PlanStep`; ``op`` may be a name (``"germinate"``)."""
+    if isinstance(op, str) and op.upper() not in Op.__members__:
+        raise ValueError(f"op {op!r} is unknown; expected one of {[o.name.lower() for o in Op]}")
+    op = Op[op.upper()] if isinstance(op, str) else Op(op)
+    if op == Op.WAIT or epoch < 0 or slot < 0:
+        raise ValueError(f"plan step {op.name} epoch={epoch} slot={slot}; expected an op other than WAIT (a plan "
+                         "lists only the ops it takes) and epoch, slot >= 0")
+    if (op == Op.GERMINATE) != (blueprint is not None):
+        raise ValueError(f"plan step {op.name} at epoch {epoch} slot {slot} has blueprint {blueprint!r}; expected "
+                         "a blueprint name for GERMINATE and None for every other op")
+    if blueprint is not None:
+        blueprint_index(blueprint)
+    return PlanStep(int(epoch), op, int(slot), blueprint)
+
+
+@dataclass(frozen=True)
+class Arm:
+    """A fixed policy of the screen (see the module docstring)."""
+
+    name: str
+    kind: str
+    """``static`` (always WAIT), ``random`` (uniform over valid joint actions), ``heuristic`` or ``plan``."""
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Env kwargs this arm overrides (the starting host of a static arm of another size)."""
+    plan: tuple[PlanStep, ...] = ()
+    """Kind ``plan``: the steps :class:`PlanActor` executes."""
+    twin: str | None = None
+    """Kind ``plan``: the static arm whose architecture this growth arm ends at (criterion 2)."""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"arm {self.name!r}: kind {self.kind!r}; expected one of {KINDS}")
+        if (self.kind == "plan") != bool(self.plan):
+            raise ValueError(f"arm {self.name!r}: kind {self.kind!r} with {len(self.plan)} plan steps; expected "
+                             "steps for kind 'plan' and none for the others")
+        if self.twin is not None and self.kind != "plan":
+            raise ValueError(f"arm {self.name!r}: twin {self.twin!r} on kind {self.kind!r}; only a plan has a twin")
+        object.__setattr__(self, "plan", tuple(plan_step(*step) for step in self.plan))
+
+    def record(self) -> dict[str, Any]:
+        """The arm as a slice records it (what the report reads)."""
+        plan = [[s.epoch, s.op.name.lower(), s.slot, s.blueprint] for s in self.plan]
+        return {"arm": self.name, "kind": self.kind, "twin": self.twin, "plan": plan}
+
+
+
+def synthetic_arms() -> tuple[Arm, ...]:
+    """A small set that runs on today's ``Esper-Synthetic-v0`` (three blocks, one slot after each): the seedling
+    and a wider static host, the heuristic, random, and growth plans with today's depth blueprints."""
+    grow = [(0, "germinate", 0, "conv_light"), (0, "fossilize", 0)]
+    return (Arm(SEEDLING_ARM, "static"), Arm("static-wide", "static", {"host_widths": [16, 32, 64]}),
+            Arm("heuristic", "heuristic"), Arm("random", "random"), Arm("grow-early", "plan", plan=tuple(grow)),
+            Arm("grow-staged", "plan", plan=(*grow, (2, "germinate", 2, "conv_heavy"), (2, "fossilize", 2))),
+            Arm("grow-late", "plan", plan=tuple((4, *step[1:]) for step in grow)))
+
+
+ARM_SETS: dict[str, Callable[[], tuple[Arm, ...]]] = {"synthetic": synthetic_arms}
+"""Named arm sets; ``--set`` picks one."""
+
+
+def arm_set(name: str) -> tuple[Arm, ...]:
+    """The arms of a set, checked: unique names, and every twin a static arm of the set."""
+    if name not in ARM_SETS:
+        raise ValueError(f"arm set {name!r} is unknown; expected one of {sorted(ARM_SETS)}")
+    arms = ARM_SETS[name]()
+    kinds = {arm.name: arm.kind for arm in arms}
+    if len(kinds) != len(arms):
+        raise ValueError(f"arm set {name!r} repeats an arm name: {[arm.name for arm in arms]}")
+    for arm in arms:
+        if arm.twin is not None and kinds.get(arm.twin) != "static":
+            raise ValueError(f"arm {arm.name!r}: twin {arm.twin!r} is not a static arm of set {name!r}")
+    return arms
+
