@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from benchmarks import grow_report
-from esper_env import conditions
+from esper_env import episode_data
 from esper_env.conditions import CONDITIONS, Condition
 from esper_env.config import EnvConfig
 from esper_env.data import Dataset, load_dataset, normalize, random_crop_flip
@@ -88,10 +88,11 @@ ARCHITECTURES = {"seedling": SEEDLING, "small": SMALL, "medium": MEDIUM, "final"
 HARSH = (Condition("pool2k", pool=2_000), Condition("noise60", label_noise=0.6),
          Condition("pool5k-noise40", pool=5_000, label_noise=0.4))
 """Harsher conditions than the env's catalogue, screened here before any joins it."""
-AXES = (Condition("classes2", classes=2), Condition("classes5", classes=5), Condition("res16", resolution=16),
-        Condition("res8", resolution=8))
-"""Conditions on the axes not yet in the catalogue (classes in play, resolution), screened here first."""
-PROBE_CONDITIONS = {c.name: c for c in (*CONDITIONS, *HARSH, *AXES)}
+AXES = tuple(c for c in CONDITIONS if c.classes is not None or c.resolution is not None)
+"""The catalogue's conditions on the classes-in-play and resolution axes, screened by the 'axes' arm set."""
+POOL_NOISE = tuple(c for c in CONDITIONS if c not in AXES)
+"""The catalogue's conditions on the pool and label-noise axes, screened by the 'conditions' arm set."""
+PROBE_CONDITIONS = {c.name: c for c in (*CONDITIONS, *HARSH)}
 
 
 def schedule_arms(epochs: int) -> list[Arm]:
@@ -118,9 +119,10 @@ def catchup_arms(epochs: int) -> list[Arm]:
 
 
 def condition_arms(epochs: int) -> list[Arm]:
-    """Under wsd, on every condition but the full one: each static size, and seedling -> FINAL at 25%."""
+    """Under wsd, on every pool and noise condition but the full one: each static size, and seedling -> FINAL
+    at 25%."""
     out = []
-    for condition in (c.name for c in CONDITIONS if c.name != "full"):
+    for condition in (c.name for c in POOL_NOISE if c.name != "full"):
         out += [Arm(f"static-{label}-wsd-{condition}", arch, arch, None, "wsd", condition=condition)
                 for label, arch in ARCHITECTURES.items() if arch != SMALL]
         out.append(Arm(f"grow25-final-wsd-boost2-{condition}", SEEDLING, FINAL, round(0.25 * epochs), "wsd",
@@ -129,10 +131,11 @@ def condition_arms(epochs: int) -> list[Arm]:
 
 
 def harsh_arms(epochs: int) -> list[Arm]:
-    """Under wsd: every static size on the harsh conditions, and the small size on every catalogue condition."""
+    """Under wsd: every static size on the harsh conditions, and the small size on every pool and noise
+    condition of the catalogue."""
     out = [Arm(f"static-{label}-wsd{_suffix(c.name)}", arch, arch, None, "wsd", condition=c.name)
            for c in HARSH for label, arch in ARCHITECTURES.items()]
-    out += [Arm(f"static-small-wsd{_suffix(c.name)}", SMALL, SMALL, None, "wsd", condition=c.name) for c in CONDITIONS]
+    out += [Arm(f"static-small-wsd{_suffix(c.name)}", SMALL, SMALL, None, "wsd", condition=c.name) for c in POOL_NOISE]
     return out
 
 
@@ -183,7 +186,7 @@ class RunData:
 
     def inputs(self, images: torch.Tensor) -> torch.Tensor:
         """uint8 images -> the network's float input: normalised, at the condition's resolution, channels-last."""
-        x = conditions.reduce_resolution(normalize(images, self.data.mean, self.data.std), self.condition)
+        x = episode_data.reduce_resolution(normalize(images, self.data.mean, self.data.std), self.condition)
         return x.contiguous(memory_format=torch.channels_last)
 
 
@@ -228,15 +231,15 @@ class Reads:
 def run_data(arm: Arm, data: Dataset, gen: torch.Generator) -> RunData:
     """The run's classes in play, pool and (noisy) labels, drawn in that order with the run's generator."""
     condition = PROBE_CONDITIONS[arm.condition]
-    classes = conditions.draw_classes(condition, data.spec.num_classes, gen)
-    candidates = conditions.in_play(data.train_y, classes)
+    classes = episode_data.draw_classes(condition, data.spec.num_classes, gen)
+    candidates = episode_data.in_play(data.train_y, classes)
     # With every class in play and no pool size, nothing is drawn: those runs keep the random stream of the runs
     # made before conditions existed.
     plain = classes is None and condition.pool is None
-    pool = candidates if plain else conditions.draw_pool(condition, candidates, gen)
+    pool = candidates if plain else episode_data.draw_pool(condition, candidates, gen)
     labels = data.train_y.clone()
-    labels[pool] = conditions.noisy_labels(data.train_y[pool], condition, data.spec.num_classes, gen)
-    val, test = conditions.in_play(data.val_y, classes), conditions.in_play(data.test_y, classes)
+    labels[pool] = episode_data.noisy_labels(data.train_y[pool], condition, data.spec.num_classes, gen)
+    val, test = episode_data.in_play(data.val_y, classes), episode_data.in_play(data.test_y, classes)
     return RunData(data, condition, pool, labels, val, test)
 
 
@@ -257,7 +260,7 @@ def train(arm: Arm, seed: int, data: Dataset, epochs: int) -> dict:
         if arm.grow_epoch == epoch:
             grow(net, arm, opt, cpu_gen)
             reads.restart(net)
-        order = run.pool[conditions.epoch_order(len(run.pool), n, gen)]
+        order = run.pool[episode_data.epoch_order(len(run.pool), n, gen)]
         for i in range(per_epoch):
             step = epoch * per_epoch + i
             for group in opt.param_groups:
@@ -285,7 +288,7 @@ def train(arm: Arm, seed: int, data: Dataset, epochs: int) -> dict:
 def report(folder: Path, epochs: int = 20) -> None:
     """Rebuild the folder's tables (``benchmarks.grow_report``) with every arm this module defines."""
     arms = {arm.name: arm for make in ARM_SETS.values() for arm in make(epochs)}
-    catalogue = [c.name for c in CONDITIONS]
+    catalogue = [c.name for c in POOL_NOISE]  # "catalogue" in the set names below: its pool and noise part
     condition_sets = {"catalogue": catalogue, "catalogue+harsh": [*catalogue, *(c.name for c in HARSH)],
                       "catalogue+axes": [*catalogue, *(c.name for c in AXES)],
                       "catalogue+harsh+axes": [*catalogue, *(c.name for c in HARSH), *(c.name for c in AXES)]}

@@ -1,12 +1,12 @@
 """Hidden training conditions: how much data an episode's host really has, how clean, and how hard the task is.
 
-Growth pays only when the right size is not known in advance, so each episode of the task's version 2 draws a
-condition that changes how much capacity is worth, and the observation never shows it: a controller must
-infer it from the training curves. The axes:
+Growth pays only when the right size is not known in advance, so each episode can draw a condition that
+changes how much capacity is worth, and the observation never shows it: a controller must infer it from the
+training curves. The axes:
 
 * **pool**: the number of distinct training images the episode draws from. Every epoch still trains on the
-  same number of images (``images_per_epoch``), drawn from the pool in passes without replacement, so the
-  step's cost and the FLOPs counter are the same under every condition and give nothing away;
+  same number of images, drawn from the pool in passes without replacement, so the step's cost and the FLOPs
+  counter are the same under every condition and give nothing away;
 * **label noise**: the fraction of the pool whose label is replaced, once per episode, by a uniformly drawn
   *other* class (so exactly that fraction is wrong). Validation and test labels stay clean;
 * **classes in play**: the episode trains on, and is scored on, the images of only this many classes, drawn
@@ -15,20 +15,14 @@ infer it from the training curves. The axes:
 * **resolution**: images reduced to this side length by average pooling and enlarged back, at training and
   scoring alike: less information per image at the same input size and cost.
 
-The pool and noise axes are in the catalogue below; classes and resolution are being screened
-(``benchmarks/grow_cost.py``) before any condition of the catalogue uses them.
-
-A :class:`Condition` is pure data; :func:`draw_classes`, :func:`draw_pool`, :func:`noisy_labels`,
-:func:`epoch_order` and :func:`reduce_resolution` apply it
-to device tensors with the episode's generator, so an episode is reproducible from its reset seed.
+The env's ``condition`` argument takes a name of :data:`CONDITIONS` or :data:`MIXTURE` (each episode draws
+one of the catalogue uniformly). This module is the catalogue alone, pure Python without torch, so that the
+config can validate names; :mod:`esper_env.episode_data` applies a condition to an episode's tensors.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import torch
-import torch.nn.functional as F
 
 
 @dataclass(frozen=True)
@@ -62,10 +56,19 @@ CONDITIONS = (
     Condition("pool5k", pool=5_000),
     Condition("noise40", label_noise=0.4),
     Condition("pool15k-noise20", pool=15_000, label_noise=0.2),
+    Condition("classes2", classes=2),
+    Condition("classes5", classes=5),
+    Condition("res16", resolution=16),
+    Condition("res8", resolution=8),
 )
-"""The documented set; names are what a ``condition`` kwarg takes."""
+"""The documented set, in the order the mixture draws from; names are what the ``condition`` argument takes."""
+
+MIXTURE = "mixture"
+"""The ``condition`` value under which each episode draws one of :data:`CONDITIONS` uniformly."""
 
 BY_NAME = {c.name: c for c in CONDITIONS}
+CHOICES = (*BY_NAME, MIXTURE)
+"""Every value the ``condition`` argument accepts."""
 
 
 def condition_named(name: str) -> Condition:
@@ -75,62 +78,7 @@ def condition_named(name: str) -> Condition:
     return BY_NAME[name]
 
 
-def draw_classes(condition: Condition, num_classes: int, generator: torch.Generator) -> torch.Tensor | None:
-    """The episode's classes in play (int64, sorted), or None when every class is."""
-    if condition.classes is None:
-        return None
-    if condition.classes > num_classes:
-        raise ValueError(f"condition {condition.name!r} puts {condition.classes} classes in play; the data has "
-                         f"{num_classes}")
-    chosen = torch.randperm(num_classes, generator=generator, device=generator.device)[: condition.classes]
-    return chosen.sort().values
-
-
-def in_play(labels: torch.Tensor, classes: torch.Tensor | None) -> torch.Tensor:
-    """Indices of the images whose label is one of ``classes`` (every index when ``classes`` is None)."""
-    if classes is None:
-        return torch.arange(len(labels), device=labels.device)
-    return torch.isin(labels, classes).nonzero().flatten()
-
-
-def draw_pool(condition: Condition, candidates: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """The episode's pool: ``condition.pool`` of the ``candidates`` (indices into the training split), drawn
-    without replacement, or all of them in a random order when the condition sets no pool size."""
-    size = len(candidates) if condition.pool is None else condition.pool
-    if size > len(candidates):
-        raise ValueError(f"condition {condition.name!r} needs a pool of {size} images; it has {len(candidates)}")
-    return candidates[torch.randperm(len(candidates), generator=generator, device=generator.device)[:size]]
-
-
-def reduce_resolution(images: torch.Tensor, condition: Condition) -> torch.Tensor:
-    """Float images ``(B, C, H, W)`` averaged down to the condition's resolution and enlarged back (nearest)."""
-    if condition.resolution is None:
-        return images
-    size = images.shape[-1]
-    if size % condition.resolution:
-        raise ValueError(f"condition {condition.name!r}: resolution={condition.resolution} does not divide the "
-                         f"image size {size}")
-    factor = size // condition.resolution
-    return F.avg_pool2d(images, factor).repeat_interleave(factor, -2).repeat_interleave(factor, -1)
-
-
-def noisy_labels(labels: torch.Tensor, condition: Condition, num_classes: int,
-                 generator: torch.Generator) -> torch.Tensor:
-    """A copy of ``labels`` (the pool's) with ``round(label_noise * n)`` of them moved to another class."""
-    out = labels.clone()
-    wrong = round(condition.label_noise * len(labels))
-    if wrong == 0:
-        return out
-    device = generator.device
-    chosen = torch.randperm(len(labels), generator=generator, device=device)[:wrong]
-    shift = torch.randint(1, num_classes, (wrong,), generator=generator, device=device)  # never 0: always wrong
-    out[chosen] = (labels[chosen] + shift) % num_classes
-    return out
-
-
-def epoch_order(pool_size: int, images_per_epoch: int, generator: torch.Generator) -> torch.Tensor:
-    """Positions into the pool for one epoch: whole passes without replacement, cut to ``images_per_epoch``."""
-    device = generator.device
-    passes = -(-images_per_epoch // pool_size)  # ceil
-    order = torch.cat([torch.randperm(pool_size, generator=generator, device=device) for _ in range(passes)])
-    return order[:images_per_epoch]
+def drawable(name: str) -> tuple[Condition, ...]:
+    """The conditions an episode may draw under the ``condition`` argument ``name``: the whole catalogue for
+    :data:`MIXTURE`, else the one named."""
+    return CONDITIONS if name == MIXTURE else (condition_named(name),)

@@ -1,14 +1,15 @@
-"""Hidden training conditions: pools, label noise and epoch orders are exact and reproducible."""
+"""Hidden training conditions: the catalogue, and pools, label noise and epoch orders exact and reproducible."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import pytest
 import torch
 
-from esper_env.conditions import (
-    CONDITIONS,
-    Condition,
-    condition_named,
+from esper_env.conditions import CONDITIONS, MIXTURE, Condition, condition_named, drawable
+from esper_env.episode_data import (
     draw_classes,
     draw_pool,
     epoch_order,
@@ -63,9 +64,18 @@ def test_errors_name_the_value() -> None:
         condition_named("nope")
 
 
-def test_catalogue_has_two_axes_and_unique_names() -> None:
-    assert len({c.name for c in CONDITIONS}) == len(CONDITIONS)
+def test_catalogue_has_four_axes_and_unique_names() -> None:
+    assert len({c.name for c in CONDITIONS}) == len(CONDITIONS) and MIXTURE not in {c.name for c in CONDITIONS}
     assert any(c.pool for c in CONDITIONS) and any(c.label_noise for c in CONDITIONS)
+    assert any(c.classes for c in CONDITIONS) and any(c.resolution for c in CONDITIONS)
+    assert drawable(MIXTURE) == CONDITIONS and drawable("res8") == (condition_named("res8"),)
+
+
+def test_the_catalogue_imports_no_torch() -> None:
+    """The config validates ``condition`` against the catalogue, and the config is pure Python."""
+    code = "import sys, esper_env.conditions, esper_env.config; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "False"
 
 
 def test_classes_in_play_select_their_images() -> None:
