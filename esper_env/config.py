@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from esper_env import conditions
+
 REWARD_MODES = ("accuracy", "contribution", "sparse")
 AUTORESET_MODES = ("NextStep", "SameStep", "Disabled")
 EXECUTION_MODES = ("auto", "eager", "graph")
@@ -53,6 +55,11 @@ class EnvConfig:
     """Synthetic dataset: image side length (pixels)."""
     synthetic_num_classes: int = 10
     """Synthetic dataset: number of classes (count, >= 2); sets the classifier's width and the chance level."""
+    condition: str = "full"
+    """Hidden training condition (``esper_env.conditions``): a catalogue name (``"full"``, ``"pool15k"``,
+    ``"pool5k"``, ``"noise40"``, ``"pool15k-noise20"``, ``"classes2"``, ``"classes5"``, ``"res16"``, ``"res8"``)
+    fixes it; ``"mixture"`` draws one uniformly per episode from the reset seed. Never in the observation;
+    ``info["condition"]`` names it."""
 
     # --- host and its training recipe -------------------------------------------------------------------
     host_widths: tuple[int, ...] = (8, 16, 32)
@@ -222,6 +229,7 @@ _CHOICES = {
     "autoreset_mode": AUTORESET_MODES,
     "execution": EXECUTION_MODES,
     "precision": PRECISIONS,
+    "condition": conditions.CHOICES,
 }
 _NON_NEGATIVE = ("param_penalty", "over_budget_penalty", "op_cost", "invalid_action_penalty", "rollback_penalty",
                  "weight_decay", "collapse_loss_tolerance")

@@ -110,8 +110,9 @@ class EsperEnv(gym.Env):
     every step, the same and ``invalid_action``, ``executed_op``, ``executed_slot`` (-1 for WAIT), ``epoch``,
     ``val_accuracy``, ``val_loss``, ``train_accuracy``, ``train_loss``, ``host_only_accuracy``,
     ``seed_params``, ``images_trained``, per slot ``stage``, ``alpha``, ``blueprint``, ``contribution`` (pp,
-    NaN when not measured this step) and ``holding_timeout``; ``rollback``; ``test_accuracy`` at the last step
-    when ``report_test_accuracy=True``.
+    NaN when not measured this step) and ``holding_timeout``; ``rollback``; ``condition`` (the name of the
+    episode's hidden training condition, for grouping results; never in the observation); ``test_accuracy`` at
+    the last step when ``report_test_accuracy=True``.
 
     ## Arguments
     Every field of :class:`esper_env.config.EnvConfig` is a keyword argument of ``gym.make`` and
@@ -123,6 +124,12 @@ class EsperEnv(gym.Env):
     integer >= 0, ``reset(options=...)`` None or an empty dict. ``step()`` before ``reset()`` or after the
     episode ended raises ``RuntimeError``; after ``close()``, ``step()`` and ``reset()`` do. The env pickles (and
     deep-copies): the copy continues exactly as the original would.
+
+    ``condition`` fixes the episode's hidden training condition to one of ``esper_env.conditions.CONDITIONS`` (a
+    pool of distinct training images, label noise on it, classes in play, reduced resolution; every epoch
+    trains on as many images whatever the condition, so the step's cost gives nothing away) or, with
+    ``"mixture"``, draws one uniformly per episode from the reset seed; the default ``"full"`` trains on the
+    whole split with clean labels. Validation and test accuracy count the images of the classes in play only.
 
     ## Version History
     * v0: initial release. Changed before it was released: under ``autoreset_mode="SameStep"`` a finished

@@ -49,7 +49,9 @@ def reset_info(op_slot: np.ndarray, blueprints: np.ndarray, blends: np.ndarray, 
 
 def build_step_info(records: dict[int, StepRecord], episodes: list[Episode], op_slot: np.ndarray,
                     blueprints: np.ndarray, blends: np.ndarray, flat_masks: np.ndarray,
-                    seed_params: list[float]) -> dict[str, np.ndarray]:
+                    seed_params: list[float], conditions: list[str]) -> dict[str, np.ndarray]:
+    """The info of a step; ``conditions`` names each sub-env's hidden training condition (info only: screens
+    group by it, the observation never shows it)."""
     n, num_slots = op_slot.shape[0], op_slot.shape[2]
     stepped = np.zeros(n, dtype=bool)
     stepped[list(records)] = True
@@ -61,6 +63,7 @@ def build_step_info(records: dict[int, StepRecord], episodes: list[Episode], op_
             columns[key].append(row[key])
     for key, dtype in _PER_ENV.items():
         info[key], info[f"_{key}"] = np.array(columns[key], dtype=dtype), stepped.copy()
+    info["condition"], info["_condition"] = np.array(conditions, dtype=object), stepped.copy()
     tested = np.array([i in records and records[i].measurement is not None
                        and records[i].measurement.test_accuracy is not None for i in range(n)])
     if tested.any():

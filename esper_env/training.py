@@ -7,8 +7,11 @@ tensors the graphs read: the batch counter, the epoch's prepared images, alpha a
 learning rates. Streams, graphs and the host sync belong to ``engine``, not here.
 
 Per epoch, :meth:`HostTrainer.begin_epoch` draws the sub-env's permutation and augmentation and prepares the
-whole epoch's batches in a few large kernels (gather, crop and flip, normalise, cast to the compute dtype,
-channels-last), so that a training step only selects its batch. Gradient statistics are taken once per epoch,
+whole epoch's batches in a few large kernels (gather, crop and flip, normalise, reduce to the episode's
+resolution, cast to the compute dtype, channels-last), so that a training step only selects its batch. What the
+episode's hidden condition does to the data (pool, label noise, classes in play, resolution) lives in
+:class:`~esper_env.episode_data.EpisodeData`, drawn at reset; validation and test score only the images of the
+classes in play, through fixed-shape per-image weights. Gradient statistics are taken once per epoch,
 from the last batch's gradients (:meth:`HostTrainer.measure_gradients`).
 
 Metrics accumulate into ``metrics``, this sub-env's row of the engine's shared buffer (layout:
@@ -17,7 +20,6 @@ Metrics accumulate into ``metrics``, this sub-env's row of the engine's shared b
 
 from __future__ import annotations
 
-import functools
 import math
 from contextlib import nullcontext
 
@@ -28,6 +30,7 @@ import torch.nn.functional as F
 from esper_env.config import EnvConfig
 from esper_env.data import Dataset, normalize, random_crop_flip
 from esper_env.episode import Measurement
+from esper_env.episode_data import EpisodeData
 from esper_env.host import build_host, mode_flags, seed_parameters
 from esper_env.lifecycle import ForwardMode
 from esper_env.optim import NesterovSGD
@@ -74,13 +77,6 @@ def plan_table(plan: tuple[tuple[str, int], ...], num_slots: int) -> np.ndarray:
     return table
 
 
-@functools.cache
-def prepared_images(data: Dataset, split: str, dtype: torch.dtype) -> torch.Tensor:
-    """A split's images normalised once, in the compute dtype, channels-last (NHWC): shared per dataset."""
-    images = getattr(data, f"{split}_x")
-    return normalize(images, data.mean, data.std).to(dtype).permute(0, 2, 3, 1).contiguous()
-
-
 class HostTrainer:
     """Host model, seeds, optimizer state and data order of one sub-env, on one device."""
 
@@ -105,10 +101,7 @@ class HostTrainer:
         self.plan = eval_plan(self.blended)
         self.config_mask = torch.ones(n, 1, dtype=self.dtype, device=self.device)
         self.generator = torch.Generator(device=self.device)
-        # Prepared here, on the default stream, before any sub-env stream reads them: built lazily inside one
-        # sub-env's stream, the shared tensors raced with the other sub-envs' first reads.
-        self.val_images = prepared_images(dataset, "val", self.dtype)
-        self.test_images = prepared_images(dataset, "test", self.dtype)
+        self.episode_data = EpisodeData(cfg.condition, dataset, self.dtype)
         self._allocate_epoch_buffers()
         self._snapshot = [t.detach().clone() for t in self._host_state()]
 
@@ -141,18 +134,17 @@ class HostTrainer:
         ``controls``: alpha, straight-through and upstream flags (one per slot each), then host and seed lr.
         ``fault`` (testing aid, see ``EsperVectorEnv.inject_fault``) breaks this epoch on purpose.
         """
-        torch.randperm(self.perm.shape[0], generator=self.generator, out=self.perm)
         flat_images = self.epoch_images.view(-1, *self.epoch_images.shape[2:])
-        rows = self.perm[: flat_images.shape[0]]
+        rows, labels = self.episode_data.epoch_rows(self.perm, flat_images.shape[0], self.generator)
         for start in range(0, rows.shape[0], PREPARE_CHUNK):
             chunk = rows[start:start + PREPARE_CHUNK]
             offsets = torch.randint(0, 2 * CROP_PAD + 1, (chunk.shape[0], 2), generator=self.generator,
                                     device=self.device)
             flips = torch.randint(0, 2, (chunk.shape[0],), generator=self.generator, device=self.device) != 0
             images = random_crop_flip(self.data.train_x.index_select(0, chunk), offsets, flips, CROP_PAD)
-            flat_images[start:start + chunk.shape[0]] = normalize(images, self.data.mean, self.data.std).permute(
-                0, 2, 3, 1)
-        self.epoch_labels.view(-1).copy_(self.data.train_y.index_select(0, rows))
+            images = self.episode_data.inputs(normalize(images, self.data.mean, self.data.std))
+            flat_images[start:start + chunk.shape[0]] = images.permute(0, 2, 3, 1)
+        self.epoch_labels.view(-1).copy_(labels)
         self.counter.zero_()
         self.metrics.zero_()
         # Staged through pinned memory so that the upload does not make the host wait for the device.
@@ -210,15 +202,20 @@ class HostTrainer:
         out = self.metrics[lay.eval].view(lay.num_configs, 2)[: len(self.plan)]
         out.zero_()
         alphas = self.alpha.view(-1, 1) * self.config_mask
-        self._measure(self.val_images, self.data.val_y, alphas, out)
+        data = self.episode_data
+        self._measure(data.val_images, self.data.val_y, data.val_weight, alphas, out)
 
     @torch.no_grad()
     def evaluate_test(self) -> None:
         out = self.metrics[self.layout.test].view(1, 2)
         out.zero_()
-        self._measure(self.test_images, self.data.test_y, self.alpha, out)
+        data = self.episode_data
+        self._measure(data.test_images, self.data.test_y, data.test_weight, self.alpha, out)
 
-    def _measure(self, images: torch.Tensor, labels: torch.Tensor, alphas: torch.Tensor, out: torch.Tensor) -> None:
+    def _measure(self, images: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor | None,
+                 alphas: torch.Tensor, out: torch.Tensor) -> None:
+        """Add each configuration's summed loss and correct predictions over ``images`` to ``out``; with
+        ``weights`` (0/1 per image), over the images of weight 1 only, at the same shapes."""
         self.model.eval()
         configs, chunk = (alphas.shape[1] if alphas.dim() == 2 else 1), self.cfg.eval_batch_size
         skip = tuple(not b for b in self.blended)  # incubating seeds output exactly h: no need to run them
@@ -228,16 +225,19 @@ class HostTrainer:
             y = labels[start:start + chunk].repeat(configs)
             with self._autocast():
                 logits = self.model(x, alphas, self.flags, skip).float()
-            loss = F.cross_entropy(logits, y, reduction="none").view(configs, -1).sum(1)
-            correct = (logits.argmax(1) == y).view(configs, -1).sum(1)
-            out.add_(torch.stack([loss, correct.float()], dim=1))
+            loss = F.cross_entropy(logits, y, reduction="none")
+            correct = logits.argmax(1) == y
+            if weights is not None:
+                w = weights[start:start + chunk].repeat(configs)
+                loss, correct = loss * w, correct * w
+            out.add_(torch.stack([loss.view(configs, -1).sum(1), correct.view(configs, -1).sum(1).float()], dim=1))
 
     def read_measurement(self, row: np.ndarray, tested: bool) -> Measurement:
         """Turn this sub-env's metrics row (already on the host) into a :class:`Measurement`."""
         lay, batches = self.layout, self.batches_per_epoch
         seen = batches * self.batch_size
         grad = np.sqrt(np.maximum(row[lay.grad_sq], 0.0))
-        evals = row[lay.eval].reshape(lay.num_configs, 2)[: len(self.plan)] / self.data.val_x.shape[0]
+        evals = row[lay.eval].reshape(lay.num_configs, 2)[: len(self.plan)] / self.episode_data.val_count
         accuracy = host_only = evals[0, 1]
         without = [accuracy] * lay.num_slots
         for k, (kind, slot) in enumerate(self.plan):
@@ -246,7 +246,7 @@ class HostTrainer:
                 without = [host_only if on else accuracy for on in self.blended]
             elif kind == "off":
                 without[slot] = evals[k, 1]
-        test = row[lay.test] / self.data.test_x.shape[0]
+        test = row[lay.test] / self.episode_data.test_count
         return Measurement(
             train_loss=float(row[lay.train][0] / batches), train_accuracy=float(row[lay.train][1] / seen),
             val_loss=float(evals[0, 0]), val_accuracy=float(accuracy), host_only_accuracy=float(host_only),
@@ -269,6 +269,7 @@ class HostTrainer:
                 target.copy_(source)
         self.optimizer.reset_state()
         self.generator.manual_seed(data_seed)
+        self.episode_data.draw(self.generator)
         self.save_snapshot()
 
     def plant_seed(self, slot: int, blueprint: int, gated: bool, init_seed: int) -> None:

@@ -320,7 +320,8 @@ class EsperVectorEnv(VectorEnv):
     def _step_info(self, records: dict[int, StepRecord]) -> dict[str, Any]:
         """The info of a step in which the sub-envs of ``records`` stepped (the others count as just reset)."""
         return build_step_info(records, self._episodes, self._op_slot, self._blueprint_mask, self._blend_mask,
-                               self.action_masks(), [self._seed_params(i) for i in range(self.num_envs)])
+                               self.action_masks(), [self._seed_params(i) for i in range(self.num_envs)],
+                               [t.episode_data.condition.name for t in self._engine.trainers])
 
     def _apply_changes(self, i: int, changes: list[ModuleChange]) -> None:
         trainer = self._engine.trainers[i]
