@@ -13,15 +13,17 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from esper_env import conditions
+from esper_env.architecture import Architecture
+from esper_env.config_types import check_types, plain_numbers, plain_value
 
 REWARD_MODES = ("accuracy", "contribution", "sparse")
 AUTORESET_MODES = ("NextStep", "SameStep", "Disabled")
 EXECUTION_MODES = ("auto", "eager", "graph")
 PRECISIONS = ("auto", "float32", "bfloat16")
 DATASETS = ("cifar10", "synthetic")
+HOSTS = ("small", "family")
+LR_SCHEDULES = ("cosine", "wsd")
 
 # Potential of each lifecycle stage for the optional PBRS term, in the order of ``lifecycle.Stage``:
 # DORMANT, GERMINATED, TRAINING, BLENDING, HOLDING, FOSSILIZED, PRUNED, EMBARGOED.
@@ -62,6 +64,19 @@ class EnvConfig:
     ``info["condition"]`` names it."""
 
     # --- host and its training recipe -------------------------------------------------------------------
+    host: str = "small"
+    """Which host: ``"small"`` (conv blocks of ``host_widths``, seeds that stay in their slots) or ``"family"``
+    (the growable family of ``esper_env.family``: a seedling grown in width and depth, task version 2)."""
+    family_widths: tuple[int, ...] = (16, 32, 32)
+    """Family host: the seedling's channels per stage (one slot per stage)."""
+    family_blocks: tuple[int, ...] = (0, 0, 0)
+    """Family host: the seedling's residual blocks per stage."""
+    family_stem: int = 24
+    """Family host: channels of the full-resolution stem conv (fixed for the episode)."""
+    max_widths: tuple[int, ...] = (64, 256, 256)
+    """Family host: the widest each stage may grow (channels); a widen that would pass it is masked."""
+    max_blocks: tuple[int, ...] = (0, 1, 1)
+    """Family host: the deepest each stage may grow (residual blocks); a deepen that would pass it is masked."""
     host_widths: tuple[int, ...] = (8, 16, 32)
     """Output channels of each host block (conv3x3 -> BatchNorm -> ReLU -> MaxPool2)."""
     slot_blocks: tuple[int, ...] | None = None
@@ -77,6 +92,14 @@ class EnvConfig:
     """Peak learning rate of every seed (same cosine schedule); not tuned yet."""
     momentum: float = 0.9
     """SGD momentum (Nesterov) for host and seeds."""
+    lr_schedule: str = "cosine"
+    """Learning rates over the episode, set per epoch: ``"cosine"`` (annealed from the peak to 0) or ``"wsd"``
+    (warm-up, stable, decay: the first epoch at half the peak, the peak, then linear decay to 0 over the last
+    30% of the epochs; a module grown while the rate is stable loses no high-rate time by arriving late)."""
+    label_smoothing: float = 0.0
+    """Label smoothing of the training loss (fraction of the target spread over all classes)."""
+    crop_pad: int = 4
+    """Random-crop augmentation: zero padding before the crop (pixels; 0 = no translation)."""
     weight_decay: float = 5e-4
     """L2 weight decay of the host (seeds use none)."""
 
@@ -115,6 +138,12 @@ class EnvConfig:
     docs/experiments/2026-11-27-plans-at-the-heuristics-size.md). The hinge makes every parameter past B cost a
     host-size worth at 1.0 (25 pp of return for 1,400 parameters over on a 5.5k host), so within the budget the
     price is ``param_penalty`` alone."""
+    flops_price: float = 0.0
+    """Reward cost per doubling of the episode's training FLOPs over the static seedling's (accuracy fraction,
+    family host only; ``esper_env.costs``): 0.02 charges 2 points of accuracy for twice the seedling's compute."""
+    params_price: float = 0.0
+    """Reward cost per doubling of the network's parameters over the seedling's (accuracy fraction, family host
+    only; ``esper_env.costs``)."""
     param_budget_mask: bool = False
     """True: a GERMINATE whose seed would take the seed parameters past ``param_budget`` is masked (a hard
     budget); needs ``param_budget``.
@@ -173,7 +202,7 @@ class EnvConfig:
     """Vector face only: Gymnasium autoreset mode ``"NextStep"``, ``"SameStep"`` or ``"Disabled"``."""
 
     def __post_init__(self) -> None:
-        _plain_numbers(self)
+        plain_numbers(self)
         _validate(self)
 
     @classmethod
@@ -195,7 +224,17 @@ class EnvConfig:
 
     @property
     def num_slots(self) -> int:
-        return len(self.slot_block_indices)
+        return len(self.family_widths) if self.host == "family" else len(self.slot_block_indices)
+
+    @property
+    def seedling(self) -> Architecture:
+        """The family host's starting architecture."""
+        return Architecture(self.family_widths, self.family_blocks, self.family_stem)
+
+    @property
+    def largest(self) -> Architecture:
+        """The largest architecture the family host may grow to."""
+        return Architecture(self.max_widths, self.max_blocks, self.family_stem)
 
     @property
     def seed_limit(self) -> int:
@@ -222,6 +261,8 @@ _INT_MIN = {
     "min_prune_age": 0,
     "snapshot_interval": 1,
     "collapse_patience": 0,
+    "crop_pad": 0,
+    "family_stem": 1,
 }
 _CHOICES = {
     "dataset": DATASETS,
@@ -230,15 +271,18 @@ _CHOICES = {
     "execution": EXECUTION_MODES,
     "precision": PRECISIONS,
     "condition": conditions.CHOICES,
+    "host": HOSTS,
+    "lr_schedule": LR_SCHEDULES,
 }
-_NON_NEGATIVE = ("param_penalty", "over_budget_penalty", "op_cost", "invalid_action_penalty", "rollback_penalty",
+_NON_NEGATIVE = ("flops_price", "params_price",
+                 "param_penalty", "over_budget_penalty", "op_cost", "invalid_action_penalty", "rollback_penalty",
                  "weight_decay", "collapse_loss_tolerance")
 _POSITIVE = ("host_lr", "seed_lr", "divergence_loss", "sparse_scale", "sparse_clip")
-_FRACTIONS = ("collapse_accuracy_margin", "collapse_peak")
+_FRACTIONS = ("collapse_accuracy_margin", "collapse_peak", "label_smoothing")
 
 
 def _validate(cfg: EnvConfig) -> None:
-    _check_types(cfg)
+    check_types(cfg)
     for name, low in _INT_MIN.items():
         _require(cfg, name, getattr(cfg, name) >= low, f"an integer >= {low}")
     for name, choices in _CHOICES.items():
@@ -262,6 +306,7 @@ def _validate(cfg: EnvConfig) -> None:
     _require(cfg, "param_budget", cfg.param_budget is None or cfg.param_budget >= 0, "None or an integer >= 0")
     _check_budget_mask(cfg)
     _check_sparse_clip(cfg)
+    _check_family(cfg)
     _require(cfg, "max_seeds", cfg.max_seeds is None or 1 <= cfg.max_seeds <= cfg.num_slots,
              f"None or an integer in [1, {cfg.num_slots}]")
     _require(cfg, "stage_potentials", len(cfg.stage_potentials) == 8
@@ -270,6 +315,23 @@ def _validate(cfg: EnvConfig) -> None:
         value = getattr(cfg, name)
         _require(cfg, name, value is None or value >= 1, "None or an integer >= 1")
     _require(cfg, "devices", cfg.devices is None or len(cfg.devices) >= 1, "None or a non-empty list of devices")
+
+
+def _check_family(cfg: EnvConfig) -> None:
+    stages = len(cfg.family_widths)
+    for name in ("family_widths", "family_blocks", "max_widths", "max_blocks"):
+        value = getattr(cfg, name)
+        _require(cfg, name, len(value) == stages and all(v >= (1 if "widths" in name else 0) for v in value),
+                 f"{stages} {'positive channel' if 'widths' in name else 'non-negative block'} counts, one per stage")
+    for small, large in (("family_widths", "max_widths"), ("family_blocks", "max_blocks")):
+        _require(cfg, large, all(a <= b for a, b in zip(getattr(cfg, small), getattr(cfg, large), strict=True)),
+                 f"at least {small}={getattr(cfg, small)!r} in every stage")
+    if cfg.host != "family":
+        for name in ("flops_price", "params_price"):
+            _require(cfg, name, getattr(cfg, name) == 0.0, "0.0 unless host='family' (only it counts FLOPs)")
+    elif cfg.param_budget is not None or cfg.param_budget_mask:
+        raise ValueError(f"param_budget={cfg.param_budget!r} with host='family'; expected None: the family host "
+                         "prices its size with params_price")
 
 
 def _check_budget_mask(cfg: EnvConfig) -> None:
@@ -299,65 +361,6 @@ def _finite(value: float) -> bool:
 def _require(cfg: EnvConfig, name: str, ok: bool, expected: str) -> None:
     if not ok:
         raise ValueError(f"{name}={getattr(cfg, name)!r} is out of range; expected {expected}")
-
-
-def _plain_numbers(cfg: EnvConfig) -> None:
-    """Numpy scalars of a field's kind become Python values: sweeps built with numpy pass ``np.int64`` and
-    ``np.float32``, and the config (and ``env.spec.to_json()``) should hold plain JSON types. An integer field
-    takes numpy integers, a float field numpy integers and floats; bools stay strict (``np.bool_`` is refused)."""
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        plain = plain_value(value, _expected_type(f).removesuffix("|None"))
-        if plain is not value:
-            object.__setattr__(cfg, f.name, plain)
-
-
-def plain_value(value: Any, base: str) -> Any:
-    """``value`` as a plain Python value when it is a numpy scalar of the kind annotation ``base`` names
-    (``"int"``, ``"float"``, ``"str"``, ``"tuple[int,...]"``...); anything else unchanged, for the type check to
-    judge. Shared by the env's and the agent's configs."""
-    if base in ("int", "float") and isinstance(value, np.integer):
-        return int(value)
-    if base == "float" and isinstance(value, np.floating):
-        return float(value)
-    if base == "str" and isinstance(value, np.str_):
-        return str(value)
-    if base.startswith("tuple[") and isinstance(value, tuple):
-        item = base[len("tuple[") : -len(",...]")]
-        return tuple(plain_value(v, item) for v in value)
-    return value
-
-
-def _check_types(cfg: EnvConfig) -> None:
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        expected = _expected_type(f)
-        if not _matches(value, expected):
-            kind = type(value)
-            name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
-            raise TypeError(f"{f.name}={value!r} has type {name}; expected {f.type}")
-
-
-def _expected_type(f: dataclasses.Field) -> str:
-    return str(f.type).replace(" ", "")
-
-
-def _matches(value: Any, annotation: str) -> bool:
-    if value is None:
-        return annotation.endswith("|None")
-    base = annotation.removesuffix("|None")
-    if base == "bool":
-        return isinstance(value, bool)
-    if base == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if base == "float":
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if base == "str":
-        return isinstance(value, str)
-    if base.startswith("tuple["):
-        item = base[len("tuple[") : -len(",...]")]
-        return isinstance(value, tuple) and all(_matches(v, item) for v in value)
-    raise AssertionError(f"unhandled annotation {annotation}")
 
 
 __all__ = ["EnvConfig", "REWARD_MODES", "AUTORESET_MODES", "DEFAULT_STAGE_POTENTIALS", "plain_value"]

@@ -30,15 +30,20 @@ maths only; it never decides what is legal (that is ``lifecycle``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from esper_env import family
 from esper_env.config import EnvConfig
 from esper_env.dataset_spec import DatasetSpec
 from esper_env.lifecycle import ForwardMode
 from esper_env.seeds import BlendGate, build_seed
+
+if TYPE_CHECKING:
+    from esper_env.family_host import FamilyHost
 
 
 class HostBlock(nn.Sequential):
@@ -150,20 +155,27 @@ def seed_parameters(module: SlotModule) -> list[nn.Parameter]:
     return [p for m in parts for p in m.parameters()]
 
 
-def build_host(cfg: EnvConfig, spec: DatasetSpec) -> HostModel:
+def build_host(cfg: EnvConfig, spec: DatasetSpec) -> HostModel | FamilyHost:
     """A fresh seedless host for ``cfg`` on data described by ``spec``, on torch's current default device.
 
     Every host in the package, its benchmarks and tests is made here, so the host family is chosen from ``cfg``
-    in this one place: a new family is a new branch here that returns a module with the same interface
-    (``forward(x, alphas, flags, skip)``, ``slots``, ``host_parameters()``, ``host_buffers()``, ``plant()``).
-    Weights come from torch's global generator: callers seed it.
+    in this one place (``cfg.host``): the small host of this module, or the growable family's seedling
+    (``family_host.FamilyHost``, architecture ``cfg.seedling``). Both have the same interface
+    (``forward(x, alphas, flags, skip)``, ``slots``, ``host_parameters()``, ``host_buffers()``, ``plant()``);
+    the family's also ``join()``. Weights come from torch's global generator: callers seed it.
     """
+    if cfg.host == "family":
+        from esper_env.family_host import FamilyHost  # it builds on this module's slot maths
+
+        return FamilyHost(cfg.seedling, num_classes=spec.num_classes, in_channels=spec.channels)
     return HostModel(cfg.host_widths, cfg.slot_block_indices, in_channels=spec.channels,
                      num_classes=spec.num_classes)
 
 
 def host_param_count(cfg: EnvConfig, spec: DatasetSpec) -> int:
-    """Parameters of the host alone (what the seed-parameter penalty is relative to), counted without memory."""
+    """Parameters of the fresh host alone (what the seed-parameter penalty is relative to), without memory."""
+    if cfg.host == "family":
+        return family.param_count(cfg.seedling, spec.num_classes, spec.channels)
     with torch.device("meta"):
         model = build_host(cfg, spec)
     return sum(p.numel() for p in model.host_parameters())
