@@ -66,3 +66,13 @@ def forward_flops(arch: Architecture, image_size: int = 32, num_classes: int = 1
         flops += blocks * 2 * (2 * 9 * width * width * pixels)
         c_in = width
     return flops + 2 * c_in * num_classes
+
+
+WIDEN_FACTORS = {"widen_s": 0.5, "widen_l": 1.0}
+"""The width blueprints (``blueprints.FAMILY_BLUEPRINTS``): the channels they add, as a fraction of the stage's
+current width."""
+
+
+def widen_extra(width: int, name: str) -> int:
+    """Channels the widen blueprint ``name`` adds to a stage of ``width`` channels (at least one)."""
+    return max(1, round(width * WIDEN_FACTORS[name]))

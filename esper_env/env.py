@@ -71,6 +71,8 @@ class EsperEnv(gym.Env):
     | 17-24 | stage_counts | slots in each stage / number of slots |
     | 25-29 | last_op | one-hot of the op executed last step (all 0 at reset) |
     | 30 | last_action_valid | 1 if the last action was valid, 0 if it was executed as WAIT |
+    | 31 | params_fraction | family: parameters / the largest architecture's (0 on the small host) |
+    | 32 | train_flops_fraction | family: training FLOPs / the largest's, static as long (0 on the small host) |
 
     Then, for slot ``i``, ${slot_size} values starting at ``${global_size} + ${slot_size} * i``:
 

@@ -179,6 +179,12 @@ class EpisodeData:
                              f"validation or test split ({self.val_count} and {self.test_count} images of them) "
                              "has none of their images; expected splits with images of every class")
 
+    @property
+    def chance_accuracy(self) -> float:
+        """Accuracy of a uniform guess among the classes in play (the dataset's chance when every class is)."""
+        classes = self.condition.classes
+        return self.data.spec.chance_accuracy if classes is None else 1.0 / classes
+
     def _load_images(self) -> None:
         resolution = self.condition.resolution
         # The test pass runs eagerly: re-binding its images is safe and copies nothing.

@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from esper_env.architecture import widen_extra
 from esper_env.blueprints import FAMILY_BLUEPRINTS
 from esper_env.family import LOGIT_SCALE, Architecture, FamilyNet, ResidualBlock
 from esper_env.host import SlotModule, _per_sample
@@ -224,15 +225,6 @@ class FamilyHost(nn.Module):
         module.clear()
         self.version += 1
         return assembly
-
-
-WIDEN_FACTORS = {"widen_s": 0.5, "widen_l": 1.0}
-"""Width blueprints: the channels they add, as a fraction of the stage's current width."""
-
-
-def widen_extra(width: int, name: str) -> int:
-    """Channels the widen blueprint ``name`` adds to a stage of ``width`` channels (at least one)."""
-    return max(1, round(width * WIDEN_FACTORS[name]))
 
 
 # --- joining a widen seed ----------------------------------------------------------------------------------

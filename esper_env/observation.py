@@ -35,7 +35,8 @@ def _history(values: list[float], scale) -> list[float]:
     return newest_first + [SENTINEL] * (HISTORY - len(newest_first))
 
 
-def _global_features(ep: Episode, cfg: EnvConfig, param_table: np.ndarray, host_params: int) -> dict:
+def _global_features(ep: Episode, cfg: EnvConfig, param_table: np.ndarray, host_params: int,
+                     growth: tuple[float, float]) -> dict:
     m = ep.measurement
     loss = lambda v: symlog(v) / LOSS_SCALE
     previous = ep.val_accuracy_history[-1] if ep.val_accuracy_history else None
@@ -54,6 +55,8 @@ def _global_features(ep: Episode, cfg: EnvConfig, param_table: np.ndarray, host_
         "stage_counts": list(counts),
         "last_op": _one_hot(ep.last_op, len(Op)),
         "last_action_valid": [1.0 if ep.last_valid else 0.0],
+        "params_fraction": [growth[0]],
+        "train_flops_fraction": [growth[1]],
     }
 
 
@@ -74,9 +77,11 @@ def _slot_features(state: SlotState, cfg: EnvConfig) -> dict:
     }
 
 
-def observe(ep: Episode, cfg: EnvConfig, param_table: np.ndarray, host_params: int) -> np.ndarray:
-    """The observation of one sub-env, float32, laid out as ``spaces.observation_layout``."""
-    values = _global_features(ep, cfg, param_table, host_params)
+def observe(ep: Episode, cfg: EnvConfig, param_table: np.ndarray, host_params: int,
+            growth: tuple[float, float] = (0.0, 0.0)) -> np.ndarray:
+    """The observation of one sub-env, float32, laid out as ``spaces.observation_layout``; ``growth``: the family
+    host's parameter and training-FLOPs fractions (``GrowthLedger.fractions``)."""
+    values = _global_features(ep, cfg, param_table, host_params, growth)
     for i, state in enumerate(ep.slots):
         values.update({f"slot{i}.{k}": v for k, v in _slot_features(state, cfg).items()})
     layout = observation_layout(len(ep.slots))

@@ -20,6 +20,12 @@ a harmful seed earns what it was costing). Mode ``"sparse"`` pays only at the la
 scaling). The config requires ``sparse_clip >= sparse_scale`` in this mode: since A_T <= 1 the clip then bounds
 only the parameter cost's side, and two final accuracies never earn the same saturated reward.
 
+On the family host (``host="family"``) every mode also charges the growth cost ``cost_t`` of
+:mod:`esper_env.costs` (training FLOPs and parameters, each priced per doubling over the static seedling's, by
+``flops_price`` and ``params_price``): the dense modes subtract ``cost_t - cost_{t-1}`` each step, so the return
+telescopes to ``(A_T - A_0) - cost_T`` (plus the terms above), and the sparse mode subtracts ``cost_T`` inside
+the score. A_0 is then the chance accuracy of the classes in play (``EpisodeData.chance_accuracy``).
+
 A governor rollback replaces the step's reward by ``-rollback_penalty`` in every mode, plus, in the dense modes,
 the shaping term of a transition into a terminal state, ``-pbrs_weight * Phi_{t-1}``: the rollback ends the
 episode, so without it the shaping of an episode with a rollback would no longer telescope to -Phi_0.
@@ -47,6 +53,8 @@ class RewardInputs(NamedTuple):
     invalid: bool  # the action was invalid and executed as WAIT
     last_step: bool  # this step ends the episode by truncation
     rollback: bool  # the governor rolled the host back on this step
+    cost: float = 0.0  # the family host's compute and size cost after this step (esper_env.costs; fraction)
+    previous_cost: float = 0.0  # the same after the previous step (0 at reset)
 
 
 def potential(stages: tuple[int, ...], cfg: EnvConfig) -> float:
@@ -63,7 +71,7 @@ def step_reward(x: RewardInputs, cfg: EnvConfig) -> float:
     if cfg.reward_mode == "sparse":
         if not x.last_step:
             return 0.0
-        score = cfg.sparse_scale * (x.accuracy - param_cost)
+        score = cfg.sparse_scale * (x.accuracy - param_cost - x.cost)
         return _clip(score, cfg.sparse_clip)
     if cfg.reward_mode == "contribution":
         progress = (sum(x.contributions) - x.pruned_contribution) / 100.0
@@ -76,7 +84,8 @@ def step_reward(x: RewardInputs, cfg: EnvConfig) -> float:
     potential_now = 0.0 if x.last_step else x.potential
     shaping = cfg.pbrs_weight * (cfg.pbrs_gamma * potential_now - x.previous_potential)
     costs = cfg.op_cost * x.executed_op + cfg.invalid_action_penalty * x.invalid
-    return _finite(progress - param_delta + shaping - costs)
+    growth = x.cost - x.previous_cost  # telescopes to the episode's compute and size cost
+    return _finite(progress - param_delta - growth + shaping - costs)
 
 
 def parameter_cost(seed_params: float, host_params: int, cfg: EnvConfig) -> float:

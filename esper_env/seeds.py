@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import torch
 from torch import nn
 
 from esper_env.blueprints import BLUEPRINTS
+from esper_env.config import EnvConfig
 
 
 def group_count(channels: int) -> int:
@@ -122,3 +124,14 @@ def seed_param_count(blueprint: int, channels: int, gated: bool = False) -> int:
     with torch.device("meta"):
         modules = [build_seed(blueprint, channels)] + ([BlendGate(channels)] if gated else [])
     return sum(p.numel() for m in modules for p in m.parameters())
+
+
+def param_table(cfg: EnvConfig) -> np.ndarray:
+    """``[slot, blueprint, gated]``: the parameters of each blueprint planted in each slot of the small host, without
+    and with its blending gate (what the masks' budget and the seed-parameter cost read)."""
+    channels = [cfg.host_widths[b] for b in cfg.slot_block_indices]
+    table = np.zeros((cfg.num_slots, len(BLUEPRINTS), 2))
+    for s, c in enumerate(channels):
+        for b in range(len(BLUEPRINTS)):
+            table[s, b] = [seed_param_count(b, c, False), seed_param_count(b, c, True)]
+    return table

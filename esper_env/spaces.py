@@ -100,6 +100,8 @@ GLOBAL_FEATURES = (
     Feature("stage_counts", len(Stage), "slots in each stage / number of slots"),
     Feature("last_op", len(Op), "one-hot of the op executed last step (all 0 at reset)"),
     Feature("last_action_valid", 1, "1 if the last action was valid, 0 if it was executed as WAIT"),
+    Feature("params_fraction", 1, "family: parameters / the largest architecture's (0 on the small host)"),
+    Feature("train_flops_fraction", 1, "family: training FLOPs / the largest's, static as long (0 on the small host)"),
 )
 SLOT_FEATURES = (
     Feature("stage", len(Stage), "one-hot stage: " + ", ".join(stage.name for stage in Stage)),

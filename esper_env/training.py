@@ -35,7 +35,6 @@ from esper_env.host import build_host, mode_flags, seed_parameters
 from esper_env.lifecycle import ForwardMode
 from esper_env.optim import NesterovSGD
 
-CROP_PAD = 4  # pixels of zero padding for the random-crop augmentation
 PREPARE_CHUNK = 8192  # images prepared per kernel round at epoch start (bounds the float32 transient)
 
 
@@ -85,10 +84,7 @@ class HostTrainer:
         self.device = metrics.device
         self.layout = MetricLayout(cfg.num_slots)
         self.dtype = amp or torch.float32
-        self.model = build_host(cfg, dataset.spec).to(self.device)
-        if self.device.type == "cuda":
-            self.model.to(memory_format=torch.channels_last)
-        self.optimizer = NesterovSGD(self.model.host_parameters(), cfg.momentum, cfg.weight_decay)
+        self._install(build_host(cfg, dataset.spec))
         n = cfg.num_slots
         # alpha per slot, straight-through flag per slot, upstream flag per slot, host lr, seed lr
         self.control = torch.zeros(3 * n + 2, device=self.device)
@@ -103,6 +99,13 @@ class HostTrainer:
         self.generator = torch.Generator(device=self.device)
         self.episode_data = EpisodeData(cfg.condition, dataset, self.dtype)
         self._allocate_epoch_buffers()
+
+    def _install(self, model: torch.nn.Module) -> None:
+        """Make ``model`` this trainer's host, on its device, with a fresh optimizer and snapshot."""
+        self.model = model.to(self.device)
+        if self.device.type == "cuda":
+            self.model.to(memory_format=torch.channels_last)
+        self.optimizer = NesterovSGD(self.model.host_parameters(), self.cfg.momentum, self.cfg.weight_decay)
         self._snapshot = [t.detach().clone() for t in self._host_state()]
 
     def __setstate__(self, state: dict) -> None:
@@ -138,10 +141,10 @@ class HostTrainer:
         rows, labels = self.episode_data.epoch_rows(self.perm, flat_images.shape[0], self.generator)
         for start in range(0, rows.shape[0], PREPARE_CHUNK):
             chunk = rows[start:start + PREPARE_CHUNK]
-            offsets = torch.randint(0, 2 * CROP_PAD + 1, (chunk.shape[0], 2), generator=self.generator,
+            offsets = torch.randint(0, 2 * self.cfg.crop_pad + 1, (chunk.shape[0], 2), generator=self.generator,
                                     device=self.device)
             flips = torch.randint(0, 2, (chunk.shape[0],), generator=self.generator, device=self.device) != 0
-            images = random_crop_flip(self.data.train_x.index_select(0, chunk), offsets, flips, CROP_PAD)
+            images = random_crop_flip(self.data.train_x.index_select(0, chunk), offsets, flips, self.cfg.crop_pad)
             images = self.episode_data.inputs(normalize(images, self.data.mean, self.data.std))
             flat_images[start:start + chunk.shape[0]] = images.permute(0, 2, 3, 1)
         self.epoch_labels.view(-1).copy_(labels)
@@ -161,7 +164,7 @@ class HostTrainer:
         self.model.train()
         with self._autocast():
             logits = self.model(x, self.alpha, self.flags)
-        loss = F.cross_entropy(logits.float(), labels)
+        loss = F.cross_entropy(logits.float(), labels, label_smoothing=self.cfg.label_smoothing)
         self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step(self.lr)
@@ -257,17 +260,24 @@ class HostTrainer:
 
     # --- weights: reset, seeds, snapshot -----------------------------------------------------------------
     def reset(self, init_seed: int, data_seed: int) -> None:
-        """Fresh host weights in place (no re-allocation), no seeds, zero optimizer state, new data stream."""
+        """Fresh host weights in place (no re-allocation), no seeds, zero optimizer state, new data stream.
+
+        A family host that grew last episode has other shapes than the seedling: it is replaced instead (its
+        ``version`` moves on, so the engine re-captures its graphs)."""
         for slot in range(len(self.model.slots)):
             self.remove_seed(slot)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(init_seed)
             fresh = build_host(self.cfg, self.data.spec)
-        with torch.no_grad():
-            for target, source in zip(self._host_state(), [*fresh.host_parameters(), *fresh.host_buffers()],
-                                      strict=True):
-                target.copy_(source)
-        self.optimizer.reset_state()
+        if getattr(self.model, "arch", None) != getattr(fresh, "arch", None):
+            fresh.version = self.model.version + 1
+            self._install(fresh)
+        else:
+            with torch.no_grad():
+                for target, source in zip(self._host_state(), [*fresh.host_parameters(), *fresh.host_buffers()],
+                                          strict=True):
+                    target.copy_(source)
+            self.optimizer.reset_state()
         self.generator.manual_seed(data_seed)
         self.episode_data.draw(self.generator)
         self.save_snapshot()
@@ -284,6 +294,16 @@ class HostTrainer:
     def remove_seed(self, slot: int) -> None:
         self.optimizer.remove_group(slot)
         self.model.slots[slot].clear()
+
+    def join_seed(self, slot: int) -> None:
+        """A family host takes the seed in ``slot`` into its own layers (``FamilyHost.join``): the optimizer
+        follows the new shapes with their momentum, and the snapshot is taken again at the new shapes."""
+        assembly = self.model.join(slot)
+        if self.device.type == "cuda":
+            self.model.to(memory_format=torch.channels_last)
+        live = {i: seed_parameters(m) for i, m in enumerate(self.model.slots) if m.seed is not None}
+        self.optimizer.regroup(self.model.host_parameters(), live, assembly)
+        self._snapshot = [t.detach().clone() for t in self._host_state()]
 
     def _host_state(self) -> list[torch.Tensor]:
         return [*self.model.host_parameters(), *self.model.host_buffers()]
@@ -307,7 +327,8 @@ class HostTrainer:
             self.epoch_images[0, 0].fill_(math.nan)
         elif fault == "exploding_loss":
             self.model.classifier.weight.mul_(1e4)
-            self.model.classifier.bias[0].add_(1e4)
+            if self.model.classifier.bias is not None:  # the family's head has none: x1e4 alone explodes it
+                self.model.classifier.bias[0].add_(1e4)
         elif fault == "nan_parameters":
             seeded = [s for s in self.model.slots if s.seed is not None]
             params = seed_parameters(seeded[0]) if seeded else self.model.host_parameters()
@@ -321,3 +342,21 @@ def slot_controls(modes: tuple[ForwardMode, ...], alphas: tuple[float, ...]) -> 
     blending = [a if m in (ForwardMode.BLEND, ForwardMode.FULL) else 0.0 for m, a in zip(modes, alphas, strict=True)]
     flags = [mode_flags(m) for m in modes]
     return blending + [f[0] for f in flags] + [f[1] for f in flags]
+
+
+WSD_DECAY = 0.3  # the "wsd" schedule decays over this fraction of the episode's epochs
+
+
+def schedule_factor(cfg: EnvConfig, epoch: int) -> float:
+    """The learning rates' fraction of their peak for ``epoch`` (``cfg.lr_schedule``; constant within an epoch).
+
+    ``"wsd"``: the first epoch at half the peak (the mean of a linear warm-up over it), the peak, then a linear
+    decay to 0 over the last ``WSD_DECAY`` of the epochs, each epoch at the decay's value at its middle."""
+    if cfg.lr_schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * epoch / cfg.max_epochs))
+    decay_start = max(1, round(cfg.max_epochs * (1.0 - WSD_DECAY)))
+    if epoch == 0:
+        return 0.5
+    if epoch < decay_start:
+        return 1.0
+    return (cfg.max_epochs - epoch - 0.5) / (cfg.max_epochs - decay_start)

@@ -9,7 +9,6 @@ tick the lifecycle timers; compute rewards (``rewards``); build observations (``
 
 from __future__ import annotations
 
-import math
 import time
 from collections import Counter
 from typing import Any
@@ -34,14 +33,15 @@ from esper_env.episode import (
     rollback,
     seed_params,
 )
+from esper_env.growth import GrowthLedger, growth_info
 from esper_env.host import host_param_count
 from esper_env.info import StepRecord, build_step_info, only_rows, reset_info
 from esper_env.lifecycle import BLEND_CURVES, ForwardMode, forward_mode
 from esper_env.observation import observe
 from esper_env.render import RENDER_METADATA, Renderer, split_vector_info
 from esper_env.rewards import RewardInputs, potential, step_reward
-from esper_env.seeds import seed_param_count
-from esper_env.training import slot_controls
+from esper_env.seeds import param_table
+from esper_env.training import schedule_factor, slot_controls
 
 FAULTS = ("nan_loss", "exploding_loss", "nan_parameters")
 
@@ -85,7 +85,11 @@ class EsperVectorEnv(VectorEnv):
         self._engine = Engine(cfg, num_envs)
         self.dataset_spec = self._engine.trainers[0].data.spec  # every device holds the same dataset
         self.host_params = host_param_count(cfg, self.dataset_spec)
-        self._param_table = self._build_param_table()
+        self._param_table = param_table(cfg)
+        trainers = self._engine.trainers
+        # The family host's counts and costs (None on the small host, whose seeds stay in their slots).
+        self._growth = [GrowthLedger(cfg, self.dataset_spec, t.batches_per_epoch * t.batch_size) for t in trainers
+                        ] if cfg.host == "family" else None
         self._episodes = [Episode.fresh(cfg.num_slots) for _ in range(num_envs)]
         self._rngs: list[np.random.Generator | None] = [None] * num_envs
         self._pending_reset = np.zeros(num_envs, dtype=bool)  # NEXT_STEP: reset at the next step
@@ -187,6 +191,8 @@ class EsperVectorEnv(VectorEnv):
         init_seed, data_seed = (int(v) for v in rng.integers(2**63, size=2))
         self._engine.release_graphs(i)
         self._engine.trainers[i].reset(init_seed, data_seed)
+        if self._growth:
+            self._growth[i].reset()
         self._episodes[i] = Episode.fresh(self.config.num_slots)
         self._sync_plan(i)
         self._pending_reset[i] = self._finished[i] = False
@@ -242,9 +248,9 @@ class EsperVectorEnv(VectorEnv):
     def _begin_step(self, i: int, action: np.ndarray) -> StepRecord:
         ep = self._episodes[i]
         valid = masks.is_valid(action, self._op_slot[i], self._blueprint_mask[i], self._blend_mask[i])
-        previous = (ep.measurement.val_accuracy if ep.measurement else self.dataset_spec.chance_accuracy,
+        previous = (ep.measurement.val_accuracy if ep.measurement else self._chance(i),
                     self._seed_params(i), potential(ep.stages, self.config))
-        changes, pruned = apply_action(ep, action, valid)
+        changes, pruned = apply_action(ep, action, valid, joins=self._growth is not None)
         self._apply_changes(i, changes)
         slot = -1 if ep.last_op == spaces.Op.WAIT else int(action[spaces.Head.SLOT])
         return StepRecord(valid=valid, op=ep.last_op, slot=slot, previous=previous, pruned_contribution=pruned)
@@ -252,7 +258,7 @@ class EsperVectorEnv(VectorEnv):
     def _epoch_control(self, i: int) -> EpochControl:
         ep, cfg = self._episodes[i], self.config
         fault = self._faults.pop(i, None)
-        schedule = 0.5 * (1.0 + math.cos(math.pi * ep.epoch / cfg.max_epochs))
+        schedule = schedule_factor(cfg, ep.epoch)
         modes = tuple(forward_mode(s.stage) for s in ep.slots)
         controls = slot_controls(modes, tuple(s.alpha for s in ep.slots))
         return EpochControl(controls + [cfg.host_lr * schedule, cfg.seed_lr * schedule],
@@ -260,7 +266,9 @@ class EsperVectorEnv(VectorEnv):
 
     def _finish_step(self, i: int, record: StepRecord, m: Measurement) -> None:
         ep, cfg = self._episodes[i], self.config
-        if diverged(m, cfg) or collapsed(ep, m, cfg, self.dataset_spec.chance_accuracy):
+        if self._growth:  # the epoch just trained, with the modules it trained
+            self._growth[i].after_epoch(self._engine.trainers[i].model)
+        if diverged(m, cfg) or collapsed(ep, m, cfg, self._chance(i)):
             self._engine.trainers[i].restore_snapshot()
             self._apply_changes(i, rollback(ep))
             record.finish(reward=step_reward(self._reward_inputs(i, record, rollback=True), cfg),
@@ -280,14 +288,16 @@ class EsperVectorEnv(VectorEnv):
         ep = self._episodes[i]
         previous_accuracy, previous_params, previous_potential = record.previous
         m = ep.measurement
+        growth = self._growth and not rollback
+        previous_cost, cost = self._growth[i].charge(self._params(i)) if growth else (0.0, 0.0)
         return RewardInputs(
-            accuracy=m.val_accuracy if m else self.dataset_spec.chance_accuracy, previous_accuracy=previous_accuracy,
+            accuracy=m.val_accuracy if m else self._chance(i), previous_accuracy=previous_accuracy,
             seed_params=self._seed_params(i), previous_seed_params=previous_params,
             host_params=self.host_params, potential=potential(ep.stages, self.config),
             previous_potential=previous_potential,
             contributions=measured_contributions(ep),
             pruned_contribution=record.pruned_contribution, executed_op=record.op != spaces.Op.WAIT,
-            invalid=not record.valid, last_step=ep.done, rollback=rollback,
+            invalid=not record.valid, last_step=ep.done, rollback=rollback, cost=cost, previous_cost=previous_cost,
         )
 
     def _autoreset(self, records: dict[int, StepRecord]):
@@ -319,9 +329,12 @@ class EsperVectorEnv(VectorEnv):
     # --- helpers ----------------------------------------------------------------------------------------
     def _step_info(self, records: dict[int, StepRecord]) -> dict[str, Any]:
         """The info of a step in which the sub-envs of ``records`` stepped (the others count as just reset)."""
-        return build_step_info(records, self._episodes, self._op_slot, self._blueprint_mask, self._blend_mask,
+        info = build_step_info(records, self._episodes, self._op_slot, self._blueprint_mask, self._blend_mask,
                                self.action_masks(), [self._seed_params(i) for i in range(self.num_envs)],
                                [t.episode_data.condition.name for t in self._engine.trainers])
+        if self._growth:
+            info.update(growth_info(self._growth, [self._params(i) for i in range(self.num_envs)]))
+        return info
 
     def _apply_changes(self, i: int, changes: list[ModuleChange]) -> None:
         trainer = self._engine.trainers[i]
@@ -329,6 +342,8 @@ class EsperVectorEnv(VectorEnv):
             if change.kind == "plant":
                 init_seed = int(self._rngs[i].integers(2**63))
                 trainer.plant_seed(change.slot, change.blueprint, change.gated, init_seed)
+            elif change.kind == "join":
+                trainer.join_seed(change.slot)
             else:
                 trainer.remove_seed(change.slot)
         self._sync_plan(i)
@@ -337,28 +352,35 @@ class EsperVectorEnv(VectorEnv):
         blended = tuple(forward_mode(s.stage) in (ForwardMode.BLEND, ForwardMode.FULL) for s in self._episodes[i].slots)
         self._engine.trainers[i].set_plan(blended)
 
+    def _table(self, i: int) -> np.ndarray:
+        if self._growth:
+            return self._growth[i].seed_table(self._engine.trainers[i].model, self._episodes[i].slots)
+        return self._param_table
+
     def _seed_params(self, i: int) -> float:
-        return seed_params(self._episodes[i].slots, self._param_table)
+        return seed_params(self._episodes[i].slots, self._table(i))
+
+    def _params(self, i: int) -> float:
+        """The family host's network parameters ``P_t`` (``esper_env.growth``)."""
+        return self._growth[i].params(self._engine.trainers[i].model, self._episodes[i].slots)
+
+    def _chance(self, i: int) -> float:
+        """Chance accuracy of sub-env ``i``'s episode: among its classes in play."""
+        return self._engine.trainers[i].episode_data.chance_accuracy
 
     def _refresh_view(self, i: int) -> None:
-        ep = self._episodes[i]
-        self._obs[i] = observe(ep, self.config, self._param_table, self.host_params)
-        self._blend_mask[i] = masks.blend_mask(ep.slots, self.config, self._param_table)
+        ep, table = self._episodes[i], self._table(i)
+        growth = self._growth[i].fractions(self._params(i)) if self._growth else (0.0, 0.0)
+        self._obs[i] = observe(ep, self.config, table, self.host_params, growth)
+        self._blend_mask[i] = masks.blend_mask(ep.slots, self.config, table)
+        if self._growth:  # where each family blueprint may still grow, never with the gated blend
+            self._blend_mask[i] &= self._growth[i].blend_mask(self._engine.trainers[i].model)
         self._blueprint_mask[i] = self._blend_mask[i].any(axis=-1)  # masks.blueprint_mask, without recomputing
         self._op_slot[i] = masks.op_slot_mask(ep.slots, self.config, self._blueprint_mask[i])
 
     def _mask_info(self, reset: np.ndarray) -> dict[str, np.ndarray]:
         """The masks of every sub-env as info keys, and ``reset`` (which sub-envs were just reset)."""
         return reset_info(self._op_slot, self._blueprint_mask, self._blend_mask, self.action_masks(), reset)
-
-    def _build_param_table(self) -> np.ndarray:
-        cfg = self.config
-        channels = [cfg.host_widths[b] for b in cfg.slot_block_indices]
-        table = np.zeros((cfg.num_slots, len(spaces.BLUEPRINT_NAMES), 2))
-        for s, c in enumerate(channels):
-            for b in range(len(spaces.BLUEPRINT_NAMES)):
-                table[s, b] = [seed_param_count(b, c, False), seed_param_count(b, c, True)]
-        return table
 
     def close_extras(self, **kwargs: Any) -> None:
         engine, self._engine = self._engine, None  # dropped even if closing it raises (a broken CUDA context)

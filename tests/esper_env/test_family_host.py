@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from esper_env.architecture import widen_extra
 from esper_env.blueprints import FAMILY_BLUEPRINTS
 from esper_env.family import Architecture, param_count
-from esper_env.family_host import FamilyHost, widen_extra
+from esper_env.family_host import FamilyHost
 from esper_env.optim import NesterovSGD
 
 INDEX = {bp.name: i for i, bp in enumerate(FAMILY_BLUEPRINTS)}

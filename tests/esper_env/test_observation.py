@@ -32,15 +32,15 @@ def test_docstring_table_matches_the_layout():
         offset += feature.size
     assert _documented_rows() == expected
     global_size = sum(f.size for f in GLOBAL_FEATURES)
-    assert "(31 + 25 * num_slots,)" in EsperEnv.__doc__ and (global_size, offset) == (31, 25)
-    assert observation_size(3) == 106
+    assert "(33 + 25 * num_slots,)" in EsperEnv.__doc__ and (global_size, offset) == (33, 25)
+    assert observation_size(3) == 108
 
 
 def test_initial_observation_uses_sentinels_and_stays_in_range():
     cfg = EnvConfig(dataset="synthetic")
     obs = observe(Episode.fresh(3), cfg, np.ones((3, 7, 2)), 6000)
     layout = {f.name: f for f in observation_layout(3)}
-    assert obs.dtype == np.float32 and obs.shape == (106,)
+    assert obs.dtype == np.float32 and obs.shape == (108,)
     assert obs[layout["val_accuracy"].start] == -1.0
     assert (obs[layout["val_accuracy_history"].start:][:5] == -1.0).all()
     assert obs[layout["slot0.stage"].start] == 1.0  # DORMANT

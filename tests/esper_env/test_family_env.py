@@ -1,0 +1,102 @@
+"""The env on the growable family host: seeds join and slots grow again, masks follow the family's limits, and
+the return telescopes to accuracy gained minus the growth cost (CPU, synthetic data)."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from esper_env.architecture import Architecture, param_count
+from esper_env.blueprints import FAMILY_BLUEPRINTS
+from esper_env.lifecycle import Stage
+from esper_env.spaces import Head, Op
+
+FAMILY = {b.name: i for i, b in enumerate(FAMILY_BLUEPRINTS)}
+KWARGS = dict(host="family", max_epochs=8, train_images_per_epoch=512, batch_size=128, host_lr=0.6,
+              lr_schedule="wsd", crop_pad=2, param_penalty=0.0, min_training_epochs=1, collapse_patience=0,
+              flops_price=0.02, params_price=0.01)
+
+
+def _env(num_envs: int = 2, **overrides) -> gym.vector.VectorEnv:
+    return gym.make_vec("Esper-Synthetic-v0", num_envs=num_envs, vectorization_mode="vector_entry_point",
+                        **{**KWARGS, **overrides})
+
+
+def _grow(info: dict, blueprint: int, slot: int) -> np.ndarray:
+    """FOSSILIZE whatever may be fossilized, else GERMINATE ``blueprint`` in ``slot`` when allowed, else WAIT."""
+    ops = info["op_slot_mask"]
+    actions = np.zeros((ops.shape[0], len(Head)), np.int64)
+    for i, mask in enumerate(ops):
+        if mask[Op.FOSSILIZE].any():
+            actions[i, Head.OP], actions[i, Head.SLOT] = Op.FOSSILIZE, np.flatnonzero(mask[Op.FOSSILIZE])[0]
+        elif mask[Op.GERMINATE, slot] and info["blueprint_mask"][i, slot, blueprint]:
+            actions[i, [Head.OP, Head.SLOT, Head.BLUEPRINT]] = Op.GERMINATE, slot, blueprint
+    return actions
+
+
+def _episode(env: gym.vector.VectorEnv, seed: int, policy) -> tuple[list[dict], np.ndarray, list[np.ndarray]]:
+    _, info = env.reset(seed=seed)
+    infos, total, actions = [], np.zeros(env.num_envs), []
+    for _ in range(KWARGS["max_epochs"]):
+        action = policy(info)
+        _, reward, _, _, info = env.step(action)
+        infos.append(info)
+        total += reward
+        actions.append(action)
+    return infos, total, actions
+
+
+def test_a_fossilized_seed_joins_the_host_and_its_slot_grows_again() -> None:
+    env = _env(1)
+    infos, _, actions = _episode(env, 0, lambda info: _grow(info, FAMILY["widen_l"], 2))
+    ops = [int(a[0, Head.OP]) for a in actions]
+    joined = ops.index(Op.FOSSILIZE)
+    assert infos[joined]["stage"][0][2] == Stage.DORMANT  # the slot is free in the same step
+    grown = Architecture((16, 32, 64), (0, 0, 0))
+    assert infos[joined]["params"][0] == param_count(grown)  # the seed's weights are the host's now
+    assert Op.GERMINATE in ops[joined + 1:]  # and the stage grows again
+    model = env.unwrapped._engine.trainers[0].model
+    assert model.arch == grown and model.version >= 1
+
+
+def test_masks_follow_the_family_catalogue_and_limits() -> None:
+    env = _env(1, max_widths=(16, 32, 48), max_blocks=(0, 1, 1))
+    _, info = env.reset(seed=0)
+    allowed = info["blueprint_mask"][0]
+    assert not allowed[:, len(FAMILY_BLUEPRINTS):].any()  # the head's values past the family catalogue
+    assert not allowed[0].any()  # stage 0 is at its widest and deepest
+    assert allowed[1].tolist()[:3] == [True, False, False]  # 32 channels: no room for 16 or 32 more
+    assert allowed[2].tolist()[:3] == [True, True, False]  # 48 fits 32 + 16, not 32 + 32
+    assert not info["blend_mask"][0][..., 2].any()  # no gated blend on the family host
+
+
+def test_the_return_telescopes_to_accuracy_gained_minus_the_growth_cost() -> None:
+    env = _env(2)
+    infos, total, _ = _episode(env, 1, lambda info: _grow(info, FAMILY["widen_s"], 1))
+    last = infos[-1]
+    chance = 0.1
+    for i in range(2):
+        flops_ratio = last["train_flops"][i] / last["train_flops_reference"][i]
+        cost = 0.02 * math.log2(flops_ratio) + 0.01 * math.log2(last["params"][i] / last["params_reference"][i])
+        assert flops_ratio > 1.0 and cost > 0.0
+        assert total[i] == pytest.approx(last["val_accuracy"][i] - chance - cost, abs=1e-6)
+
+
+def test_the_static_seedling_pays_nothing_and_a_reset_restores_it() -> None:
+    env = _env(1)
+    _episode(env, 2, lambda info: _grow(info, FAMILY["widen_l"], 0))
+    assert env.unwrapped._engine.trainers[0].model.arch != Architecture()
+    infos, total, _ = _episode(env, 2, lambda info: np.zeros((1, len(Head)), np.int64))
+    last = infos[-1]
+    assert env.unwrapped._engine.trainers[0].model.arch == Architecture()
+    assert last["train_flops"][0] == last["train_flops_reference"][0]
+    assert last["params"][0] == last["params_reference"][0] == param_count(Architecture())
+    assert total[0] == pytest.approx(last["val_accuracy"][0] - 0.1, abs=1e-6)
+
+
+def test_episodes_are_reproducible_from_the_reset_seed() -> None:
+    runs = [_episode(_env(2), 3, lambda info: _grow(info, FAMILY["deepen"], 2))[1] for _ in range(2)]
+    assert np.array_equal(runs[0], runs[1])
