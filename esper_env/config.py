@@ -71,6 +71,11 @@ class EnvConfig:
     """Family host: the seedling's channels per stage (one slot per stage)."""
     family_blocks: tuple[int, ...] = (0, 0, 0)
     """Family host: the seedling's residual blocks per stage."""
+    start_widths: tuple[int, ...] | None = None
+    """Family host: start from these channels per stage instead of the seedling's (a static arm of another size);
+    the costs stay relative to the seedling."""
+    start_blocks: tuple[int, ...] | None = None
+    """Family host: start from these residual blocks per stage instead of the seedling's."""
     family_stem: int = 24
     """Family host: channels of the full-resolution stem conv (fixed for the episode)."""
     max_widths: tuple[int, ...] = (64, 256, 256)
@@ -232,6 +237,12 @@ class EnvConfig:
         return Architecture(self.family_widths, self.family_blocks, self.family_stem)
 
     @property
+    def start(self) -> Architecture:
+        """The family host's architecture at reset: the seedling's, or ``start_widths``/``start_blocks``."""
+        return Architecture(self.start_widths or self.family_widths, self.start_blocks or self.family_blocks,
+                            self.family_stem)
+
+    @property
     def largest(self) -> Architecture:
         """The largest architecture the family host may grow to."""
         return Architecture(self.max_widths, self.max_blocks, self.family_stem)
@@ -323,7 +334,12 @@ def _check_family(cfg: EnvConfig) -> None:
         value = getattr(cfg, name)
         _require(cfg, name, len(value) == stages and all(v >= (1 if "widths" in name else 0) for v in value),
                  f"{stages} {'positive channel' if 'widths' in name else 'non-negative block'} counts, one per stage")
-    for small, large in (("family_widths", "max_widths"), ("family_blocks", "max_blocks")):
+    for name in ("start_widths", "start_blocks"):
+        value = getattr(cfg, name)
+        _require(cfg, name, value is None or len(value) == stages, f"None or {stages} counts, one per stage")
+    pairs = (("family_widths", "max_widths"), ("family_blocks", "max_blocks"), ("start_widths", "max_widths"),
+             ("start_blocks", "max_blocks"))
+    for small, large in ((a, b) for a, b in pairs if getattr(cfg, a) is not None):
         _require(cfg, large, all(a <= b for a, b in zip(getattr(cfg, small), getattr(cfg, large), strict=True)),
                  f"at least {small}={getattr(cfg, small)!r} in every stage")
     if cfg.host != "family":

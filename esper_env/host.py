@@ -160,14 +160,14 @@ def build_host(cfg: EnvConfig, spec: DatasetSpec) -> HostModel | FamilyHost:
 
     Every host in the package, its benchmarks and tests is made here, so the host family is chosen from ``cfg``
     in this one place (``cfg.host``): the small host of this module, or the growable family's seedling
-    (``family_host.FamilyHost``, architecture ``cfg.seedling``). Both have the same interface
+    (``family_host.FamilyHost``, architecture ``cfg.start``). Both have the same interface
     (``forward(x, alphas, flags, skip)``, ``slots``, ``host_parameters()``, ``host_buffers()``, ``plant()``);
     the family's also ``join()``. Weights come from torch's global generator: callers seed it.
     """
     if cfg.host == "family":
         from esper_env.family_host import FamilyHost  # it builds on this module's slot maths
 
-        return FamilyHost(cfg.seedling, num_classes=spec.num_classes, in_channels=spec.channels)
+        return FamilyHost(cfg.start, num_classes=spec.num_classes, in_channels=spec.channels)
     return HostModel(cfg.host_widths, cfg.slot_block_indices, in_channels=spec.channels,
                      num_classes=spec.num_classes)
 
@@ -175,7 +175,7 @@ def build_host(cfg: EnvConfig, spec: DatasetSpec) -> HostModel | FamilyHost:
 def host_param_count(cfg: EnvConfig, spec: DatasetSpec) -> int:
     """Parameters of the fresh host alone (what the seed-parameter penalty is relative to), without memory."""
     if cfg.host == "family":
-        return family.param_count(cfg.seedling, spec.num_classes, spec.channels)
+        return family.param_count(cfg.start, spec.num_classes, spec.channels)
     with torch.device("meta"):
         model = build_host(cfg, spec)
     return sum(p.numel() for p in model.host_parameters())

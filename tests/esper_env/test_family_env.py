@@ -100,3 +100,14 @@ def test_the_static_seedling_pays_nothing_and_a_reset_restores_it() -> None:
 def test_episodes_are_reproducible_from_the_reset_seed() -> None:
     runs = [_episode(_env(2), 3, lambda info: _grow(info, FAMILY["deepen"], 2))[1] for _ in range(2)]
     assert np.array_equal(runs[0], runs[1])
+
+
+def test_a_larger_start_pays_its_size_against_the_seedling() -> None:
+    env = _env(1, start_widths=(32, 64, 64), start_blocks=(0, 1, 1))
+    infos, total, _ = _episode(env, 4, lambda info: np.zeros((1, len(Head)), np.int64))
+    last, start = infos[-1], Architecture((32, 64, 64), (0, 1, 1))
+    assert env.unwrapped._engine.trainers[0].model.arch == start
+    assert last["params"][0] == param_count(start) and last["params_reference"][0] == param_count(Architecture())
+    cost = (0.02 * math.log2(last["train_flops"][0] / last["train_flops_reference"][0])
+            + 0.01 * math.log2(param_count(start) / param_count(Architecture())))
+    assert total[0] == pytest.approx(last["val_accuracy"][0] - 0.1 - cost, abs=1e-6)
