@@ -17,13 +17,28 @@ from gymnasium.envs.registration import register, registry
 from esper_env.config import EnvConfig
 from esper_env.env_spec import ID_DATASETS
 
-__all__ = ["EnvConfig", "ENV_IDS"]
+__all__ = ["EnvConfig", "ENV_IDS", "FAMILY_TASK", "SMALL_TASK"]
 __version__ = "0.1.0"
+
+FAMILY_TASK = {
+    "host": "family", "condition": "mixture", "max_epochs": 20, "lr_schedule": "wsd", "host_lr": 0.2, "seed_lr": 0.4,
+    "label_smoothing": 0.2, "crop_pad": 2, "param_penalty": 0.0, "flops_price": 0.02, "params_price": 0.01,
+}
+"""The task, version 2 (``GROWTH.md``): the growable family host from its seedling, on the hidden condition
+mixture, 20 epochs under the fast recipe the growth probes measured (warm-up-stable-decay at a peak of 0.2 per
+batch of 512, label smoothing 0.2, 2-pixel translations; seeds at twice the host's rate, the probes' boost for
+late arrivals), each doubling of training FLOPs over the static seedling's priced at 2 points of accuracy and
+each doubling of parameters at 1 (``benchmarks/results/grow_cost/oracle.md``)."""
+
+SMALL_TASK = {key: EnvConfig.__dataclass_fields__[key].default for key in FAMILY_TASK}
+"""Keyword arguments that give the CIFAR-10 ids back the task before version 2 (the small host with seeds that
+stay in their slots, one training condition, 25 epochs, cosine schedule): what every result committed before
+version 2 ran, e.g. ``gym.make("Esper-CIFAR10-Fast-v0", **esper_env.SMALL_TASK, ...)``."""
 
 # Per-id defaults on top of EnvConfig's; a kwarg given to make() overrides them.
 ENV_IDS = {
-    "Esper-CIFAR10-v0": {},
-    "Esper-CIFAR10-Fast-v0": {"train_images_per_epoch": 10_000, "val_images": 2_000},
+    "Esper-CIFAR10-v0": dict(FAMILY_TASK),
+    "Esper-CIFAR10-Fast-v0": {**FAMILY_TASK, "train_images_per_epoch": 10_000, "val_images": 2_000},
     "Esper-Synthetic-v0": {"dataset": "synthetic"},
 }
 
