@@ -51,11 +51,11 @@ def _episode(env: gym.vector.VectorEnv, seed: int, policy) -> tuple[list[dict], 
 
 def test_a_fossilized_seed_joins_the_host_and_its_slot_grows_again() -> None:
     env = _env(1)
-    infos, _, actions = _episode(env, 0, lambda info: _grow(info, FAMILY["widen_l"], 2))
+    infos, _, actions = _episode(env, 0, lambda info: _grow(info, FAMILY["widen_s"], 2))
     ops = [int(a[0, Head.OP]) for a in actions]
     joined = ops.index(Op.FOSSILIZE)
     assert infos[joined]["stage"][0][2] == Stage.DORMANT  # the slot is free in the same step
-    grown = Architecture((16, 32, 64), (0, 0, 0))
+    grown = Architecture((16, 32, 64), (0, 0, 0))  # widen_s: twice as wide
     assert infos[joined]["params"][0] == param_count(grown)  # the seed's weights are the host's now
     assert Op.GERMINATE in ops[joined + 1:]  # and the stage grows again
     model = env.unwrapped._engine.trainers[0].model
@@ -63,13 +63,13 @@ def test_a_fossilized_seed_joins_the_host_and_its_slot_grows_again() -> None:
 
 
 def test_masks_follow_the_family_catalogue_and_limits() -> None:
-    env = _env(1, max_widths=(16, 32, 48), max_blocks=(0, 1, 1))
+    env = _env(1, max_widths=(16, 32, 64), max_blocks=(0, 1, 1))
     _, info = env.reset(seed=0)
     allowed = info["blueprint_mask"][0]
     assert not allowed[:, len(FAMILY_BLUEPRINTS):].any()  # the head's values past the family catalogue
     assert not allowed[0].any()  # stage 0 is at its widest and deepest
-    assert allowed[1].tolist()[:3] == [True, False, False]  # 32 channels: no room for 16 or 32 more
-    assert allowed[2].tolist()[:3] == [True, True, False]  # 48 fits 32 + 16, not 32 + 32
+    assert allowed[1].tolist()[:3] == [True, False, False]  # 32 channels at most: deepen only
+    assert allowed[2].tolist()[:3] == [True, True, False]  # 64 fits twice 32, not four times
     assert not info["blend_mask"][0][..., 2].any()  # no gated blend on the family host
 
 

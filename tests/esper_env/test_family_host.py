@@ -96,15 +96,15 @@ def test_joining_keeps_live_neighbours_exact() -> None:
 
 def test_growth_compounds_in_one_slot() -> None:
     host = _host()
-    for round_ in range(3):
+    for round_ in range(2):
         torch.manual_seed(round_)
         host.plant(2, INDEX["widen_l"], gated=False)
         host.join(2)
-    assert host.arch.widths[2] == 16 * 8
+    assert host.arch.widths[2] == 16 * 4 * 4
     torch.manual_seed(5)
     host.plant(2, INDEX["deepen"], gated=False)
     host.join(2)
-    assert host.arch.blocks[2] == 1 and host.version == 4
+    assert host.arch.blocks[2] == 1 and host.version == 3
 
 
 def test_momentum_follows_the_join() -> None:
