@@ -246,13 +246,13 @@ def _env_config(args: argparse.Namespace) -> EnvConfig:
 
 def make_actor(arm: str, args: argparse.Namespace, seed: int, folder: Path) -> Trained:
     """The arm's actor for seed ``seed``, trained if it learns (no curve and 0 seconds for the fixed policies)."""
-    slots = _env_config(args).num_slots
+    config = _env_config(args)
     if arm == "static":
         return Trained(StaticActor())
     if arm == "random":
-        return Trained(RandomValidActor(head_sizes(slots), seed=seed))
+        return Trained(RandomValidActor(head_sizes(config.num_slots), seed=seed))
     if arm == "heuristic":
-        return Trained(HeuristicActor(slots))
+        return Trained(HeuristicActor(config.num_slots, host=config.host))
     if arm == "esper_agent":
         return train_esper_agent(args, seed, folder)
     return train_maskable(args, seed, arm == "maskable_flat", folder)

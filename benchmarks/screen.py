@@ -40,7 +40,7 @@ from benchmarks.screen_report import MIXTURE
 from esper_agent.baselines import Actor, RandomValidActor, StaticActor
 from esper_agent.distributions import ActionMasks
 from esper_agent.envs import VectorEnvDriver
-from esper_agent.heuristic import HeuristicActor, allowed_blend, planting_masks
+from esper_agent.heuristic import HeuristicActor, allowed_blend, env_host, planting_masks
 from esper_env.blueprints import BLUEPRINTS
 from esper_env.lifecycle import BLEND_CURVES, TEMPOS
 from esper_env.spaces import Head, Op
@@ -131,7 +131,7 @@ def make_actor(arm: Arm, driver: VectorEnvDriver, seeds: Sequence[int]) -> Actor
     if arm.kind == "random":
         return PerEnvActor(lambda seed: RandomValidActor(driver.head_sizes, seed=seed), seeds)
     if arm.kind == "heuristic":
-        return HeuristicActor(driver.num_slots)
+        return HeuristicActor(driver.num_slots, host=env_host(driver.envs))
     return PlanActor(arm.plan)
 
 

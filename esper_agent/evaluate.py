@@ -34,7 +34,7 @@ from esper_agent.config import AgentConfig
 from esper_agent.contracts import episode_length
 from esper_agent.distributions import ActionMasks
 from esper_agent.envs import EnvStep, VectorEnvDriver
-from esper_agent.heuristic import HeuristicActor
+from esper_agent.heuristic import HeuristicActor, env_host
 from esper_agent.normalize import ObservationNormalizer
 from esper_agent.policy import RecurrentPolicy
 from esper_agent.report import build_report, mean_ci95
@@ -229,7 +229,7 @@ def make_actor(args: argparse.Namespace, payload: dict[str, Any] | None, driver:
     if args.policy == "random":
         return RandomValidActor(driver.head_sizes, seed=args.seed)
     if args.policy == "heuristic":
-        return HeuristicActor(driver.num_slots)
+        return HeuristicActor(driver.num_slots, host=env_host(driver.envs))
     if payload is None:
         raise ValueError(f"--policy {args.policy} needs a checkpoint payload; got None")
     policy, obs_norm = policy_from_checkpoint(payload, args.device, last=args.last_policy)

@@ -26,7 +26,7 @@ from esper_agent.config import AgentConfig
 from esper_agent.contracts import check_imitation_possible
 from esper_agent.distributed import SingleProcess
 from esper_agent.envs import VectorEnvDriver
-from esper_agent.heuristic import HeuristicActor
+from esper_agent.heuristic import HeuristicActor, env_host
 from esper_agent.imitate import IMITATION_STATS, imitation_update
 from esper_agent.normalize import ObservationNormalizer
 from esper_agent.policy import RecurrentPolicy
@@ -41,6 +41,7 @@ class Imitation:
         if config.imitation_updates:
             check_imitation_possible(config.imitation_updates, driver, ranks)
         self.config, self.updates, self.num_slots = config, config.imitation_updates, driver.num_slots
+        self.host = env_host(driver.envs)  # the teacher plants from this host's blueprint catalogue
 
     def active(self, update_index: int) -> bool:
         """Whether update ``update_index`` (counted from 0) imitates rather than runs PPO."""
@@ -48,7 +49,7 @@ class Imitation:
 
     def teacher(self, update_index: int) -> HeuristicActor | None:
         """Who acts in this update's rollout: the heuristic while imitating, else None (the policy)."""
-        return HeuristicActor(self.num_slots) if self.active(update_index) else None
+        return HeuristicActor(self.num_slots, host=self.host) if self.active(update_index) else None
 
     def gae_lambda(self, update_index: int) -> float:
         """While imitating, the critic is fitted to lambda-1 returns of the demonstration (see
