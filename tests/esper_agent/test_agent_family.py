@@ -1,0 +1,61 @@
+"""esper_agent on the growable family host (CPU, synthetic data): its policy draws only what the family's masks
+allow (no blueprint past the family catalogue, no gated blend, nothing an outgrown stage cannot take), and a run
+that imitates the heuristic and then runs PPO completes its updates without an invalid action."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+from agent_fixtures import one_torch_thread  # noqa: F401  (autouse: one torch thread per test)
+
+import esper_env  # noqa: F401  (registers the ids)
+from esper_agent.config import AgentConfig
+from esper_agent.trainer import Trainer
+from esper_env.blueprints import FAMILY_BLUEPRINTS
+from esper_env.lifecycle import BLEND_CURVES
+from esper_env.spaces import BLUEPRINT_NAMES, Head, Op
+
+ID = "Esper-Synthetic-v0"
+KWARGS = dict(host="family", max_epochs=4, train_images_per_epoch=256, batch_size=128, collapse_patience=0,
+              device="cpu")
+GATED = BLEND_CURVES.index("gated")
+AGENT = dict(rollout_steps=4, hidden_size=32, num_minibatches=2)
+
+
+def _family(**overrides) -> gym.vector.VectorEnv:
+    return gym.make_vec(ID, num_envs=2, vectorization_mode="vector_entry_point", **{**KWARGS, **overrides})
+
+
+def test_the_policy_draws_only_what_the_family_masks_allow() -> None:
+    # Stage 0 may only deepen, stage 1 nothing, stage 2 only widen (up to 256 channels).
+    # Two-epoch episodes: a planted seed holds its slot to the episode's end, so short ones plant most often.
+    envs = _family(max_epochs=2, max_widths=(16, 32, 256), max_blocks=(1, 0, 0))
+    trainer = Trainer(envs, AgentConfig(**{**AGENT, "rollout_steps": 16}, normalize_obs=False), seed=0)
+    rollout, stats = trainer.collector.collect(0, trainer.sample_generator)
+    assert stats.invalid == 0 and stats.op_counts[Op.GERMINATE] >= 6
+    germinate = rollout.actions[..., Head.OP] == Op.GERMINATE
+    slots, planted = rollout.actions[..., Head.SLOT][germinate], rollout.actions[..., Head.BLUEPRINT][germinate]
+    assert (slots != 1).all()
+    assert ((slots == 0) == (planted == 0)).all()  # deepen in stage 0, a widening in stage 2
+    assert (planted < len(FAMILY_BLUEPRINTS)).all() and (rollout.actions[..., Head.BLEND][germinate] != GATED).all()
+    start = sum(trainer.collector.driver.head_sizes[: Head.BLUEPRINT])
+    used = rollout.used_masks[..., start : start + len(BLUEPRINT_NAMES) + len(BLEND_CURVES)][germinate]
+    assert not used[:, len(FAMILY_BLUEPRINTS) : len(BLUEPRINT_NAMES)].any()  # the head's values past the catalogue
+    assert not used[:, len(BLUEPRINT_NAMES) + GATED].any()
+
+
+def test_imitation_then_ppo_updates_run_on_the_family_host() -> None:
+    # Six epochs: the heuristic waits for two epochs of history and plants only while 35% of the episode is left.
+    # Stage 0 may only double: the teacher's rotation must skip its first blueprint (widen_l) there.
+    envs = _family(max_epochs=6, max_widths=(32, 256, 256))
+    trainer = Trainer(envs, AgentConfig(**{**AGENT, "rollout_steps": 6}, imitation_updates=1), seed=0)
+    rows = list(trainer.train(2))
+    assert len(rows) == 2
+    assert all(row["actions/invalid_rate"] == 0.0 and row["episode/count"] == 2 for row in rows)
+    assert math.isfinite(rows[0]["imitation/nll"]) and math.isnan(rows[1]["imitation/nll"])
+    assert rows[0]["actions/op_germinate"] > 0  # the heuristic grew something for the policy to imitate
+    for key in ("loss/policy", "loss/value", "ppo/kl"):
+        assert math.isfinite(rows[1][key]), key
+    assert np.isfinite(rows[1]["episode/return_mean"])
