@@ -13,17 +13,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from esper_env.blueprints import BLUEPRINTS
+from esper_env.blueprints import BLUEPRINTS, FAMILY_BLUEPRINTS
 from esper_env.spaces import Op
 
 KINDS = ("static", "random", "heuristic", "plan")
 SEEDLING_ARM = "static-seedling"
 """The static seedling's arm name in every set: the screen's baseline (``benchmarks.screen_report``)."""
-BLUEPRINT_INDEX = {blueprint.name: i for i, blueprint in enumerate(BLUEPRINTS)}
+# The two catalogues' names are distinct: a plan names the blueprints of the host it is written for.
+BLUEPRINT_INDEX = {b.name: i for catalogue in (BLUEPRINTS, FAMILY_BLUEPRINTS) for i, b in enumerate(catalogue)}
 
 
 def blueprint_index(name: str) -> int:
-    """The blueprint head's value for a catalogue name (``esper_env.blueprints.BLUEPRINTS``)."""
+    """The blueprint head's value for a catalogue name (the small host's ``BLUEPRINTS`` or the family host's
+    ``FAMILY_BLUEPRINTS``)."""
     if name not in BLUEPRINT_INDEX:
         raise ValueError(f"blueprint {name!r} is not in the catalogue; expected one of {list(BLUEPRINT_INDEX)}")
     return BLUEPRINT_INDEX[name]
@@ -96,7 +98,39 @@ def synthetic_arms() -> tuple[Arm, ...]:
             Arm("grow-late", "plan", plan=tuple((4, *step[1:]) for step in grow)))
 
 
-ARM_SETS: dict[str, Callable[[], tuple[Arm, ...]]] = {"synthetic": synthetic_arms}
+FAMILY_SIZES = {"seedling": ((16, 32, 32), (0, 0, 0)), "small": ((32, 64, 64), (0, 0, 0)),
+                "medium": ((32, 64, 64), (0, 1, 1)), "wide": ((64, 128, 128), (0, 0, 0)),
+                "final": ((64, 128, 128), (0, 1, 1)), "largest": ((64, 256, 256), (0, 1, 1))}
+"""The static frontier of the family task: (widths, blocks) per name; the seedling is the task's own."""
+
+
+def _grow(epoch: int, *rounds: tuple[str, tuple[int, ...]]) -> tuple[tuple, ...]:
+    """Plan steps from ``epoch`` on: each round plants its blueprint in its slots and fossilizes it (a slot's
+    later round waits for its earlier one, ``PlanActor``'s rule)."""
+    return tuple(step for blueprint, slots in rounds for slot in slots
+                 for step in ((epoch, "germinate", slot, blueprint), (epoch, "fossilize", slot)))
+
+
+def family_arms() -> tuple[Arm, ...]:
+    """The acceptance screen of the task's version 2 (``esper_env.FAMILY_TASK``, 20 epochs): the static frontier,
+    growth plans (early, staged, late; width-first, depth-first), the heuristic and random. ``grow-x4@E`` plants
+    ``widen_l`` in every stage from epoch E (0, 2, 5, 10: 0, 10, 25, 50% of the episode), reaching 64/128/128."""
+    statics = tuple(Arm(f"static-{name}" if name != "seedling" else SEEDLING_ARM, "static",
+                        {} if name == "seedling" else {"start_widths": list(w), "start_blocks": list(b)})
+                    for name, (w, b) in FAMILY_SIZES.items())
+    every, deep = (0, 1, 2), (1, 2)
+    plans = (
+        Arm("grow-x2@0", "plan", plan=_grow(0, ("widen_s", every)), twin="static-small"),
+        *(Arm(f"grow-x4@{e}", "plan", plan=_grow(e, ("widen_l", every)), twin="static-wide") for e in (0, 2, 5, 10)),
+        Arm("grow-x4-deep@0", "plan", plan=_grow(0, ("widen_l", every), ("deepen", deep)), twin="static-final"),
+        Arm("grow-deep-x4@0", "plan", plan=_grow(0, ("deepen", deep), ("widen_l", every)), twin="static-final"),
+        Arm("grow-largest@0", "plan", plan=_grow(0, ("widen_l", every), ("widen_s", deep), ("deepen", deep)),
+            twin="static-largest"),
+    )
+    return (*statics, *plans, Arm("heuristic", "heuristic"), Arm("random", "random"))
+
+
+ARM_SETS: dict[str, Callable[[], tuple[Arm, ...]]] = {"synthetic": synthetic_arms, "family": family_arms}
 """Named arm sets; ``--set`` picks one."""
 
 
