@@ -11,6 +11,7 @@ import csv
 import json
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -25,8 +26,11 @@ def _mean(values: list[float]) -> float:
     return float(np.mean(finite)) if finite else math.nan
 
 
-def rollout_metrics(stats: RolloutStats, seconds: float) -> dict[str, float]:
-    """Episode, action and throughput statistics of one rollout."""
+def rollout_metrics(stats: RolloutStats, seconds: float,
+                    blueprint_names: Sequence[str] = BLUEPRINT_NAMES) -> dict[str, float]:
+    """Episode, action and throughput statistics of one rollout. ``blueprint_names`` names the blueprint head's
+    values in the ``plant/`` keys: the env's catalogue (``esper_env.blueprints.catalogue(host)``), whose values
+    mean other blueprints on the family host."""
     episodes = stats.episodes
     out = {
         "episode/count": float(len(episodes)),
@@ -44,7 +48,7 @@ def rollout_metrics(stats: RolloutStats, seconds: float) -> dict[str, float]:
     out["lifecycle/prune_count"] = float(stats.executed_counts[Op.PRUNE])
     if stats.planted is not None:  # a fixed set of keys (every slot and blueprint), so the CSV keeps them all
         out |= {f"plant/slot{slot}_{name}": float(stats.planted[slot, b])
-                for slot in range(stats.planted.shape[0]) for b, name in enumerate(BLUEPRINT_NAMES)}
+                for slot in range(stats.planted.shape[0]) for b, name in enumerate(blueprint_names)}
     out["time/rollout_s"] = seconds
     out["time/env_steps_per_s"] = stats.transitions / seconds if seconds > 0 else math.nan
     out["time/host_images_per_s"] = stats.images / seconds if seconds > 0 and stats.images > 0 else math.nan

@@ -41,13 +41,14 @@ from esper_agent.contracts import check_gamma_contract, check_imitation_possible
 from esper_agent.distributed import SINGLE, SingleProcess, sample_seed, warn_main
 from esper_agent.envs import VectorEnvDriver
 from esper_agent.extensions import BestWindow, Imitation, ReferenceKL
-from esper_agent.heuristic import HeuristicActor
+from esper_agent.heuristic import HeuristicActor, env_host
 from esper_agent.normalize import ObservationNormalizer, RewardScaler
 from esper_agent.policy import RecurrentPolicy
 from esper_agent.ppo import NonFiniteGuard, TrainBatch, ppo_update
 from esper_agent.selection import BestPolicy
 from esper_agent.statistics import rollout_statistics
 from esper_agent.telemetry import rollout_metrics
+from esper_env.blueprints import catalogue
 
 
 def check_shapes(envs: gym.vector.VectorEnv, driver: VectorEnvDriver, config: AgentConfig) -> None:
@@ -69,6 +70,7 @@ class Trainer:
                  seed: int = 0, total_updates: int = 100, ranks: SingleProcess = SINGLE) -> None:
         check_gamma_contract(envs, config.gamma)
         self.driver = VectorEnvDriver(envs)
+        self.blueprint_names = tuple(b.name for b in catalogue(env_host(envs)))  # the plant/ metrics' names
         check_shapes(envs, self.driver, config)
         self.envs, self.config, self.seed, self.total_updates = envs, config, seed, total_updates
         self.device, self.ranks = torch.device(device), ranks
@@ -125,7 +127,7 @@ class Trainer:
         teacher = self.imitation.teacher(self.update_index)  # extension: imitation (the heuristic acts)
         rollout, stats, rollout_s = self._collect(teacher)
         collected = time.perf_counter()
-        episodes = rollout_metrics(stats, rollout_s)
+        episodes = rollout_metrics(stats, rollout_s, self.blueprint_names)
         self.best_window.observe(episodes["episode/return_mean"], self.update_index + 1, candidate)  # extension
 
         # 2. advantages

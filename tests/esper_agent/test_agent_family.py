@@ -56,6 +56,10 @@ def test_imitation_then_ppo_updates_run_on_the_family_host() -> None:
     assert all(row["actions/invalid_rate"] == 0.0 and row["episode/count"] == 2 for row in rows)
     assert math.isfinite(rows[0]["imitation/nll"]) and math.isnan(rows[1]["imitation/nll"])
     assert rows[0]["actions/op_germinate"] > 0  # the heuristic grew something for the policy to imitate
+    # What was planted where is named in the family's catalogue, whose values mean other blueprints.
+    plant = {key: value for key, value in rows[0].items() if key.startswith("plant/")}
+    assert set(plant) == {f"plant/slot{s}_{b.name}" for s in range(3) for b in FAMILY_BLUEPRINTS}
+    assert sum(plant.values()) > 0
     for key in ("loss/policy", "loss/value", "ppo/kl"):
         assert math.isfinite(rows[1][key]), key
     assert np.isfinite(rows[1]["episode/return_mean"])
