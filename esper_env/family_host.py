@@ -11,9 +11,12 @@ so that growth compounds. Slot ``k`` belongs to stage ``k`` and holds at most on
 * **widen** (:class:`WidenSeed`): ``extra`` new channels of the stage, ``GELU(BN(MaxPool(conv(x_in))))`` from the
   stage's input ``x_in``, and their outgoing weights into the next layer (the next stage's conv, or the head),
   zero at birth. The seed's contribution ``d`` is what those weights add to the next layer's output, mixed in as
-  ``y + a d + t (d - d.detach())``: exactly the deepen maths with ``s - h`` replaced by ``d``, so incubation by
-  straight-through, blending and the upstream-gradient flag mean the same for both kinds. The new channels'
-  incoming weights start as noisy copies of existing channels' (Net2Net's split, with the outgoing weights at
+  ``y + a d``: the deepen maths with ``s - h`` replaced by ``d``, without the straight-through term, so a widen
+  seed waits through incubation and learns while it blends. Its outgoing weights would learn by straight-through
+  what the host is learning anyway (the new channels start as copies of its own), with no feedback, since the
+  value does not depend on them: on CIFAR-10 their norm grew without bound during incubation (to 1e11 within two
+  epochs of 87 steps), and every plan that widened all three stages collapsed once they blended in. The new
+  channels' incoming weights start as noisy copies of existing channels' (Net2Net's split, with the outgoing weights at
   zero instead of divided, so the function is exactly kept): the probes (``benchmarks/grow_cost.py``) found that
   split channels catch up much faster than random ones. Joining concatenates the seed's channels to the stage:
   the stage's conv and norm gain the seed's rows, the stage's residual blocks gain identity channels (new
@@ -98,14 +101,14 @@ class FamilySlot(SlotModule):
         x = torch.lerp(x_in.detach(), x_in, upstream) if torch.is_grad_enabled() else x_in
         return self.seed.channels(x)
 
-    def mix(self, y: torch.Tensor, e: torch.Tensor, alpha: torch.Tensor, straight: torch.Tensor) -> torch.Tensor:
-        """``y + a d + t (d - d.detach())`` with ``d`` the widen seed's contribution to ``y``."""
+    def mix(self, y: torch.Tensor, e: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+        """``y + a d`` with ``d`` the widen seed's contribution to ``y`` (no straight-through term: see the
+        module docstring)."""
         d = self.seed.contribution(e)
         a = _per_sample(alpha, y.shape[0])
         if a.dim() and y.dim() == 2:
             a = a.view(-1, 1)
-        out = y + a * d
-        return out + straight * (d - d.detach()) if torch.is_grad_enabled() else out
+        return y + a * d
 
 
 @dataclass(frozen=True)
@@ -151,7 +154,7 @@ class FamilyHost(nn.Module):
             e = slot.widen_channels(h, flags[1, k]) if on and slot.widens else None
             y = stage.conv(h)
             if pending is not None:
-                y = self.slots[pending[0]].mix(y, pending[1], alphas[pending[0]], flags[0, pending[0]])
+                y = self.slots[pending[0]].mix(y, pending[1], alphas[pending[0]])
             h = F.gelu(stage.norm(F.max_pool2d(y, 2)))
             for block in stage.blocks:
                 h = block(h)
@@ -160,7 +163,7 @@ class FamilyHost(nn.Module):
             pending = (k, e) if e is not None else None
         logits = self.net.head(F.adaptive_max_pool2d(h, 1).flatten(1)) * LOGIT_SCALE
         if pending is not None:
-            logits = self.slots[pending[0]].mix(logits, pending[1], alphas[pending[0]], flags[0, pending[0]])
+            logits = self.slots[pending[0]].mix(logits, pending[1], alphas[pending[0]])
         return logits
 
     def host_parameters(self) -> list[nn.Parameter]:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from types import MappingProxyType
 
+from esper_env.architecture import WIDEN_FACTORS
+from esper_env.blueprints import FAMILY_BLUEPRINTS
 from esper_env.config import EnvConfig
 
 
@@ -127,6 +129,9 @@ def forward_mode(stage: Stage) -> ForwardMode:
     return ForwardMode.OFF
 
 
+FAMILY_WIDENS = frozenset(i for i, b in enumerate(FAMILY_BLUEPRINTS) if b.name in WIDEN_FACTORS)
+"""The family host's blueprint values that widen a stage."""
+
 BLEND_CURVES = ("linear", "cosine", "gated")
 TEMPOS = (3, 5, 8)
 
@@ -189,10 +194,17 @@ def _advance_gate(state: SlotState, cfg: EnvConfig) -> bool:
     if target is None:
         return False
     if target == BLEND_STAGE:
-        return state.epochs_in_stage >= cfg.min_training_epochs and state.gradient_healthy
+        return state.epochs_in_stage >= cfg.min_training_epochs and (state.gradient_healthy
+                                                                     or not learns_incubating(state, cfg))
     if state.stage == BLEND_STAGE:
         return state.blend_step >= state.tempo
     return True
+
+
+def learns_incubating(state: SlotState, cfg: EnvConfig) -> bool:
+    """Whether the seed learns while it incubates (by straight-through): every seed but the family host's widen
+    seeds, which wait (``family_host``'s docstring says why); those need no gradient to start blending."""
+    return not (cfg.host == "family" and state.blueprint in FAMILY_WIDENS)
 
 
 def may_prune(state: SlotState, cfg: EnvConfig) -> bool:

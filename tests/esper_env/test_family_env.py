@@ -50,7 +50,7 @@ def _episode(env: gym.vector.VectorEnv, seed: int, policy) -> tuple[list[dict], 
 
 
 def test_a_fossilized_seed_joins_the_host_and_its_slot_grows_again() -> None:
-    env = _env(1)
+    env = _env(1, fossilize_min_contribution=-100.0)  # join whatever its measured contribution
     infos, _, actions = _episode(env, 0, lambda info: _grow(info, FAMILY["widen_s"], 2))
     ops = [int(a[0, Head.OP]) for a in actions]
     joined = ops.index(Op.FOSSILIZE)
@@ -111,3 +111,18 @@ def test_a_larger_start_pays_its_size_against_the_seedling() -> None:
     cost = (0.02 * math.log2(last["train_flops"][0] / last["train_flops_reference"][0])
             + 0.01 * math.log2(param_count(start) / param_count(Architecture())))
     assert total[0] == pytest.approx(last["val_accuracy"][0] - 0.1 - cost, abs=1e-6)
+
+
+def test_a_widen_seed_waits_through_incubation_and_then_blends() -> None:
+    # By straight-through its outgoing weights would learn with no feedback and grow without bound (module
+    # docstring of family_host); it learns while it blends instead, and needs no gradient to start blending.
+    env = _env(1)
+    _, info = env.reset(seed=0)
+    stages, norms = [], []
+    for _ in range(4):
+        _, _, _, _, info = env.step(_grow(info, FAMILY["widen_l"], 2))
+        seed = env.unwrapped._engine.trainers[0].model.slots[2].seed
+        stages.append(int(info["stage"][0][2]))
+        norms.append(float(seed.out.weight.detach().norm()))
+    assert stages[:3] == [Stage.TRAINING, Stage.BLENDING, Stage.BLENDING]
+    assert norms[0] == 0.0 and norms[2] > 0.0  # untouched while incubating, learning once blended in

@@ -18,12 +18,24 @@ KWARGS = {
     "synthetic_image_size": 32, "max_epochs": 12, "batch_size": 256, "host_lr": 0.2, "seed_lr": 0.4,
     "lr_schedule": "wsd", "label_smoothing": 0.2, "crop_pad": 2, "param_penalty": 0.0, "min_training_epochs": 1,
     "one_seed_incubating": False, "flops_price": 0.02, "params_price": 0.01, "collapse_patience": 0,
+    "fossilize_min_contribution": -100.0,
 }
 ACCURACY_TOLERANCE = 0.05  # bf16 and cuDNN's autotuner: eager and graph runs drift apart a little
 
 
-def _run(execution: str) -> tuple[list[dict], object]:
+@pytest.fixture
+def opened() -> list:
+    """Envs a test opens, closed after it: an open graph engine keeps cuBLAS's workspaces for every later env
+    (``Engine.close``), which the engine's memory tests would see."""
+    envs: list = []
+    yield envs
+    for env in envs:
+        env.close()
+
+
+def _run(execution: str, opened: list) -> tuple[list[dict], object]:
     envs = gym.make_vec("Esper-Synthetic-v0", num_envs=3, execution=execution, **KWARGS)
+    opened.append(envs)
     _, info = envs.reset(seed=5)
     trace = []
     for _ in range(KWARGS["max_epochs"]):
@@ -36,9 +48,9 @@ def _run(execution: str) -> tuple[list[dict], object]:
     return trace, envs
 
 
-def test_graphs_and_eager_grow_the_same_networks() -> None:
-    eager, _ = _run("eager")
-    graph, envs = _run("graph")
+def test_graphs_and_eager_grow_the_same_networks(opened: list) -> None:
+    eager, _ = _run("eager", opened)
+    graph, envs = _run("graph", opened)
     for e, g in zip(eager, graph, strict=True):
         assert np.array_equal(e["stage"], g["stage"]) and np.array_equal(e["params"], g["params"])
         assert np.all(np.abs(e["acc"] - g["acc"]) <= ACCURACY_TOLERANCE)
@@ -49,8 +61,8 @@ def test_graphs_and_eager_grow_the_same_networks() -> None:
     assert graph[-1]["acc"].min() > 0.2  # it learned
 
 
-def test_a_reset_after_growth_starts_the_seedling_again_on_the_gpu() -> None:
-    _, envs = _run("graph")
+def test_a_reset_after_growth_starts_the_seedling_again_on_the_gpu(opened: list) -> None:
+    _, envs = _run("graph", opened)
     envs.reset(seed=6)
     _, reward, _, _, info = envs.step(np.zeros((3, 5), np.int64))
     assert all(t.model.arch == Architecture() for t in envs.unwrapped._engine.trainers)
