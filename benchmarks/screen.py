@@ -41,7 +41,7 @@ from esper_agent.baselines import Actor, RandomValidActor, StaticActor
 from esper_agent.distributions import ActionMasks
 from esper_agent.envs import VectorEnvDriver
 from esper_agent.heuristic import HeuristicActor, allowed_blend, env_host, planting_masks
-from esper_env.blueprints import BLUEPRINTS
+from esper_env.blueprints import BLUEPRINTS, catalogue
 from esper_env.lifecycle import BLEND_CURVES, TEMPOS
 from esper_env.spaces import Head, Op
 
@@ -151,11 +151,12 @@ class EpisodeLog:
     length: int = 0
     invalid: int = 0
     ops: list[list[Any]] = field(default_factory=list)  # [step, op name, slot, blueprint name or None]
+    names: tuple[str, ...] = tuple(b.name for b in BLUEPRINTS)  # the host's catalogue, in head order
 
     def add(self, reward: float, info: Mapping[str, Any], i: int, action: np.ndarray) -> None:
         op = _at(info, "executed_op", i)
         if op is not None and op != Op.WAIT:
-            planted = BLUEPRINTS[int(action[Head.BLUEPRINT])].name if op == Op.GERMINATE else None
+            planted = self.names[int(action[Head.BLUEPRINT])] if op == Op.GERMINATE else None
             self.ops.append([self.length, Op(op).name.lower(), _at(info, "executed_slot", i), planted])
         self.invalid += bool(_at(info, "invalid_action", i))
         self.reward += reward
@@ -177,7 +178,8 @@ def play(driver: VectorEnvDriver, actor: Actor, seeds: Sequence[int]) -> list[di
     The env's default autoreset (NEXT_STEP): the info of the step that ends an episode is that episode's."""
     obs, masks = driver.reset(list(seeds))
     actor.reset(driver.num_envs)
-    logs = [EpisodeLog() for _ in seeds]
+    names = tuple(b.name for b in catalogue(env_host(driver.envs)))
+    logs = [EpisodeLog(names=names) for _ in seeds]
     records: list[dict[str, Any] | None] = [None] * len(seeds)
     starts = np.ones(driver.num_envs, bool)
     while any(r is None for r in records):

@@ -210,7 +210,9 @@ def criterion_3(runs: Runs) -> dict[str, Any]:
     facts: dict[str, Any] = {"threshold": 1.5, "conditions": conditions}
     plans = sorted({arm for arm, c in runs if _first(runs, arm, c)["kind"] in FIXED_KINDS
                     and all((arm, d) in runs for d in conditions)})
-    if not conditions or len(plans) < 2:
+    if len(conditions) < 2:  # with one condition the oracle is the best single plan by definition
+        return _missing("needs the fixed plans run on at least two conditions", **facts)
+    if len(plans) < 2:
         return _missing("needs at least two fixed plans run on every condition", **facts)
     seeds = sorted(set.intersection(*(set(runs[(p, c)]) for p in plans for c in conditions)))
     if len(seeds) < 2:

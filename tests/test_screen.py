@@ -251,6 +251,8 @@ def test_criterion_3_pairs_the_per_condition_oracle_with_the_best_single_plan_an
     returns[("small", "pool5k")] = 0.34  # now small wins pool5k by 4: the gap is 2 points on every seed
     result = screen_report.criterion_3(_runs(_condition_rows(returns)))
     assert result["value"] == pytest.approx(2.0) and result["holds"] and result["heuristic"] is None
+    one = screen_report.criterion_3(_runs(_condition_rows({k: v for k, v in returns.items() if k[1] == "full"})))
+    assert one["value"] is None and "two conditions" in one["reason"]  # one condition: nothing to infer
 
 
 def test_criterion_4_is_the_largest_sd_of_a_fixed_plan_on_full():
