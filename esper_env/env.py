@@ -17,26 +17,57 @@ from esper_env.vector_env import EsperVectorEnv
 class EsperEnv(gym.Env):
     """
     ## Description
-    A small host CNN trains on CIFAR-10 (or a synthetic stand-in) inside the environment. Once per host epoch
-    the agent may plant a *seed* module (a small residual block from a catalogue of *blueprints*) in one of the
-    host's *slots*, let it blend in, keep it for good (*fossilize*) or remove it (*prune*). The goal: the best
-    final validation accuracy for the fewest added parameters. One step = one host training epoch plus
-    validation with counterfactual measurements (each blended seed's accuracy contribution).
+    A host CNN trains on CIFAR-10 (or a synthetic stand-in) inside the environment, and the agent grows it. Once
+    per host epoch the agent may plant a *seed* (a module from a catalogue of *blueprints*) in one of the host's
+    *slots*, let it blend in, keep it (*fossilize*) or remove it (*prune*). One step = one host training epoch
+    plus validation with counterfactual measurements (each blended seed's accuracy contribution). ``host`` picks
+    one of two hosts:
+
+    * ``"family"``, the CIFAR-10 ids' default (the task's version 2, ``esper_env.FAMILY_TASK``): a fast modern CNN
+      (stem, three pooled conv stages with residual blocks, max-pooled head; ``esper_env.family``) that starts
+      from a seedling (``family_widths`` 16/32/32, ``family_stem`` 24, no blocks: 18,456 parameters on CIFAR-10)
+      and grows in width and depth up to ``max_widths`` (64/256/256) and ``max_blocks`` (0/1/1), one slot per
+      stage. FOSSILIZE joins the seed into the host and frees its slot, so a stage can grow again. The reward
+      prices the training FLOPs and the parameters growth costs, and each episode trains under a hidden
+      condition (``condition="mixture"``: the pool of training images, label noise, classes in play,
+      resolution) that changes how much capacity pays. The goal: the best final accuracy net of those costs.
+    * ``"small"``, ``EnvConfig``'s and ``Esper-Synthetic-v0``'s default (and the CIFAR-10 ids' with
+      ``**esper_env.SMALL_TASK``: the task of every result committed before version 2): conv blocks of
+      ``host_widths`` with a slot after each, seeds that are small residual modules and stay in their slots for
+      good. The goal: the best final validation accuracy for the fewest added parameters.
 
     ## Action Space
-    ``MultiDiscrete([5, num_slots, ${num_blueprints}, 3, 3])``, heads in this order:
+    ``MultiDiscrete([5, num_slots, ${num_blueprints}, 3, 3])`` on both hosts, heads in this order:
 
     | head | values |
     |------|--------|
     | op | 0 WAIT, 1 GERMINATE, 2 ADVANCE, 3 PRUNE, 4 FOSSILIZE |
-    | slot | slot index, in forward order (default 3 slots after the 3 host blocks) |
-    | blueprint | ${blueprint_values} (listed below) |
-    | blend | 0 linear, 1 cosine, 2 gated |
+    | slot | slot index, in forward order (small: one after each block, default 3; family: one per stage) |
+    | blueprint | small: ${blueprint_values}; family: 0 deepen, 1 widen_s, 2 widen_l (below) |
+    | blend | 0 linear, 1 cosine, 2 gated (masked on the family host) |
     | tempo | blending ramp of 0: 3, 1: 5, 2: 8 epochs |
 
-    Blueprints (``esper_env.blueprints``), each the identity when planted; ``C`` is the slot's channels:
+    Small-host blueprints (``esper_env.blueprints.BLUEPRINTS``), each the identity when planted; ``C`` is the
+    slot's channels:
 
     ${blueprint_list}
+
+    Family blueprints (``esper_env.blueprints.FAMILY_BLUEPRINTS``), each keeping the network's function when
+    planted (up to a widen split's small noise); ``C`` is the stage's width. The head's other values are masked
+    there, and so is a blueprint that would take its stage past ``max_widths`` or ``max_blocks`` (by default
+    deepen only in stages 1 and 2):
+
+    * 0 ``deepen``: a residual block x + BN0(conv3x3(GELU(BN(conv3x3(x))))) after the stage's blocks, BN0 zero
+    * 1 ``widen_s``: the stage gains C channels (twice as wide), split from existing channels with noise
+    * 2 ``widen_l``: the stage gains 3C channels (four times as wide), split from existing channels with noise
+
+    A seed's life (``esper_env.lifecycle``): GERMINATE plants it; it incubates for ``min_training_epochs``
+    (learning beside the host by straight-through while the slot's output stays the host's; a family widen seed
+    waits instead, ``esper_env.family_host`` says why), blends in over the tempo, then holds at alpha 1 until
+    FOSSILIZE keeps it or PRUNE removes it (after ``max_holding_epochs`` it is pruned automatically); timers move
+    it along, or the ADVANCE op with ``auto_advance=False``. On the small host a fossilized seed stays in its slot
+    for good. On the family host FOSSILIZE joins it: its weights become part of the host's layers and optimizer,
+    and the slot is DORMANT again at once (``lifecycle.JOINING``), free to grow the stage again.
 
     WAIT reads only ``op``; GERMINATE reads every head; ADVANCE, PRUNE and FOSSILIZE read ``op`` and ``slot``
     (``esper_env.spaces.HEAD_RELEVANCE``). Heads an op does not read are ignored. Masks after every reset and
@@ -46,10 +77,11 @@ class EsperEnv(gym.Env):
     marginal; also ``action_masks()``),
     ``info["op_slot_mask"]`` (bool ``(5, num_slots)``, exact; also ``op_slot_mask()``) and
     ``info["blueprint_mask"]`` (bool ``(num_slots, ${num_blueprints})``: the blueprints GERMINATE may plant in
-    each slot; all True unless ``param_budget_mask`` makes ``param_budget`` a hard limit; also
-    ``blueprint_mask()``) and ``info["blend_mask"]`` (bool ``(num_slots, ${num_blueprints}, 3)``: the blends
+    each slot; on the small host all True unless ``param_budget_mask`` makes ``param_budget`` a hard limit, on
+    the family host the family blueprints that fit their stage's limits; also ``blueprint_mask()``) and
+    ``info["blend_mask"]`` (bool ``(num_slots, ${num_blueprints}, 3)``: the blends
     GERMINATE may use for each blueprint in each slot; under a hard budget the gated blend only where the seed
-    fits with its gate; also ``blend_mask()``). An
+    fits with its gate, on the family host never the gated blend; also ``blend_mask()``). An
     action the masks forbid is executed as WAIT with ``info["invalid_action"] = True``; a malformed action (shape,
     dtype, range, NaN) raises ``ValueError`` and changes nothing.
 
@@ -80,21 +112,41 @@ class EsperEnv(gym.Env):
     |--------|------|---------|
     ${slot_rows}
 
+    The hidden condition is in none of them.
+
     ## Rewards
     Default ``reward_mode="accuracy"``: the change of validation accuracy (fraction) minus ``param_penalty``
     times the change of alpha-weighted seed parameters relative to the host (plus ``over_budget_penalty`` on the
     part past ``param_budget``, when one is set), plus optional stage shaping
     (``pbrs_weight``, discount ``pbrs_gamma``) and op costs; the return telescopes to final accuracy minus
     chance minus the parameter cost. ``"contribution"`` and ``"sparse"`` modes: see ``esper_env.rewards``.
+
+    On the family host every mode also charges what growth costs (``esper_env.costs``). With ``P_t`` the network's
+    parameters after step ``t`` (the host's plus each live seed's weighted by its alpha), ``C_t`` the training
+    FLOPs summed over the epochs so far (incubating seeds included), and the static seedling's parameters
+    ``P_ref`` and training FLOPs per epoch ``c_ref``::
+
+        cost_t = flops_price * log2(C_t / (t * c_ref)) + params_price * log2(P_t / P_ref)
+
+    Each step subtracts ``cost_t - cost_{t-1}`` (the sparse mode subtracts ``cost_T`` from its score), so the return
+    telescopes to ``(A_T - A_0) - cost_T``, with ``A_0`` the chance accuracy of the classes in play. The static
+    seedling pays nothing; growing late costs less than growing early, since ``C_t`` counts the epochs trained
+    small. On the CIFAR-10 ids (``flops_price=0.02``, ``params_price=0.01``, ``param_penalty=0``) twice the
+    seedling's training compute costs 2 points of accuracy and twice its parameters 1.
+
     A governor rollback gives ``-rollback_penalty - pbrs_weight * Phi_{t-1}`` (``-rollback_penalty`` alone in
     ``"sparse"`` mode), where ``Phi_{t-1}`` is the slots' summed ``stage_potentials`` before the step: the shaping
     of a move into a terminal state, so that the shaping of an episode with a rollback still telescopes.
 
     ## Starting State
-    Fresh host weights (from the reset seed), every slot DORMANT, the observation's measurements unknown (-1).
+    Fresh host weights (from the reset seed): the small host, or the family's seedling (``start_widths`` and
+    ``start_blocks`` start it at another size, its costs still relative to the seedling); every slot DORMANT; the
+    observation's measurements unknown (-1); under ``condition="mixture"`` the episode's condition drawn from the
+    reset seed.
 
     ## Episode End
-    ``truncated=True`` after ``max_epochs`` steps (default 25), which ``env.spec.max_episode_steps`` reports.
+    ``truncated=True`` after ``max_epochs`` steps (default 25; 20 on the CIFAR-10 ids), which
+    ``env.spec.max_episode_steps`` reports.
     ``terminated=True`` only when the governor rolls the host back: a diverged host (non-finite loss, or above
     ``divergence_loss``) or a collapsed one (at chance for ``collapse_patience`` epochs after being clearly above
     it, or with the validation loss stuck at ln(number of classes); ``esper_env.episode.collapsed``);
@@ -114,7 +166,9 @@ class EsperEnv(gym.Env):
     ``seed_params``, ``images_trained``, per slot ``stage``, ``alpha``, ``blueprint``, ``contribution`` (pp,
     NaN when not measured this step) and ``holding_timeout``; ``rollback``; ``condition`` (the name of the
     episode's hidden training condition, for grouping results; never in the observation); ``test_accuracy`` at
-    the last step when ``report_test_accuracy=True``.
+    the last step when ``report_test_accuracy=True``. On the family host also ``params`` (``P_t`` of the
+    rewards), ``train_flops`` (``C_t``, cumulative), ``params_reference`` (the seedling's parameters) and
+    ``train_flops_reference`` (the seedling's training FLOPs over as many epochs).
 
     ## Arguments
     Every field of :class:`esper_env.config.EnvConfig` is a keyword argument of ``gym.make`` and
@@ -127,18 +181,32 @@ class EsperEnv(gym.Env):
     episode ended raises ``RuntimeError``; after ``close()``, ``step()`` and ``reset()`` do. The env pickles (and
     deep-copies): the copy continues exactly as the original would.
 
+    The ids add defaults on top of ``EnvConfig``'s, and a kwarg overrides them. Both CIFAR-10 ids take
+    ``esper_env.FAMILY_TASK``: ``host="family"``, ``condition="mixture"``, ``max_epochs=20``,
+    ``lr_schedule="wsd"``, ``host_lr=0.2``, ``seed_lr=0.4``, ``label_smoothing=0.2``, ``crop_pad=2``,
+    ``param_penalty=0.0``, ``flops_price=0.02``, ``params_price=0.01``, ``min_training_epochs=1``,
+    ``one_seed_incubating=False``; ``Esper-CIFAR10-Fast-v0`` also sets ``train_images_per_epoch=10000`` and
+    ``val_images=2000``. ``gym.make(id, **esper_env.SMALL_TASK)`` gives a CIFAR-10 id back the small-host task.
+    ``Esper-Synthetic-v0`` keeps the small host; ``host="family"`` works on it too. The family host refuses
+    ``param_budget`` (``params_price`` prices its size); the small host refuses a nonzero ``flops_price`` or
+    ``params_price``.
+
     ``condition`` fixes the episode's hidden training condition to one of ``esper_env.conditions.CONDITIONS`` (a
     pool of distinct training images, label noise on it, classes in play, reduced resolution; every epoch
     trains on as many images whatever the condition, so the step's cost gives nothing away) or, with
-    ``"mixture"``, draws one uniformly per episode from the reset seed; the default ``"full"`` trains on the
-    whole split with clean labels. Validation and test accuracy count the images of the classes in play only.
+    ``"mixture"`` (the CIFAR-10 ids' default), draws one uniformly per episode from the reset seed; ``EnvConfig``'s
+    default ``"full"`` trains on the whole split with clean labels. Validation and test accuracy count the images
+    of the classes in play only.
 
     ## Version History
     * v0: initial release. Changed before it was released: under ``autoreset_mode="SameStep"`` a finished
       sub-env's top-level info is its reset info alone and the finished step's info is in ``info["final_info"]``;
       a rollback's reward carries the shaping term; a host collapsed to chance is rolled back like a diverged one
       (the ``collapse_*`` arguments); ``reward_mode="sparse"`` refuses a ``sparse_clip`` below ``sparse_scale``,
-      which would pay the same saturated reward for different final accuracies.
+      which would pay the same saturated reward for different final accuracies; the CIFAR-10 ids became the
+      task's version 2 (the family host, its growth costs and the hidden condition mixture;
+      ``esper_env.FAMILY_TASK``), and ``esper_env.SMALL_TASK`` gives them back the task before it; the
+      observation gained ``params_fraction`` and ``train_flops_fraction``.
     """
 
     __doc__ = fill_env_doc(__doc__)  # the catalogue and layout parts of the text above, from esper_env.spaces
