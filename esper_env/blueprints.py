@@ -93,9 +93,9 @@ def _family_only(c: int) -> nn.Module:
 FAMILY_BLUEPRINTS: tuple[Blueprint, ...] = (
     Blueprint("deepen", "a residual block x + BN0(conv3x3(GELU(BN(conv3x3(x))))) after the stage, BN0 zero",
               _family_only),
-    Blueprint("widen_s", "the stage gains C channels (split from existing ones), their outgoing weights zero",
+    Blueprint("widen_s", "the stage gains C channels split from its own (Net2Net; see family_host)",
               _family_only),
-    Blueprint("widen_l", "the stage gains 3C channels (split from existing ones), their outgoing weights zero",
+    Blueprint("widen_l", "the stage gains 3C channels split from its own (Net2Net; see family_host)",
               _family_only),
 )
 """What the blueprint head's values mean on the growable family host (``EnvConfig.host == "family"``), in

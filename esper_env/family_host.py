@@ -10,7 +10,11 @@ so that growth compounds. Slot ``k`` belongs to stage ``k`` and holds at most on
   Joining appends the block to the stage.
 * **widen** (:class:`WidenSeed`): ``extra`` new channels of the stage, ``GELU(BN(MaxPool(conv(x_in))))`` from the
   stage's input ``x_in``, and their outgoing weights into the next layer (the next stage's conv, or the head),
-  zero at birth. The seed's contribution ``d`` is what those weights add to the next layer's output, mixed in as
+  zero at birth, or, in a stage without residual blocks, split as Net2Net splits them: each new channel copies an
+  existing one (with noise) and takes an equal share of its outgoing weights, which the source gives up when the
+  seed joins, so ``d = V (e - h[sources])`` starts near zero while the copies already carry the network's
+  features (the probes found split channels catch up much faster than fresh ones). The seed's contribution ``d``
+  is what those weights add to the next layer's output, mixed in as
   ``y + a d``: the deepen maths with ``s - h`` replaced by ``d``, without the straight-through term, so a widen
   seed waits through incubation and learns while it blends. Its outgoing weights would learn by straight-through
   what the host is learning anyway (the new channels start as copies of its own), with no feedback, since the
@@ -55,6 +59,8 @@ class WidenSeed(nn.Module):
         self.out: nn.Module = (nn.Linear(extra, num_classes, bias=False) if c_next is None
                                else nn.Conv2d(extra, c_next, 3, padding=1, bias=False))
         nn.init.zeros_(self.out.weight)
+        self.register_buffer("sources", torch.zeros(extra, dtype=torch.long))
+        """The stage channel each new channel was split from."""
 
     @property
     def to_head(self) -> bool:
@@ -64,22 +70,38 @@ class WidenSeed(nn.Module):
         """The new channels, at the stage's output resolution."""
         return F.gelu(self.norm(F.max_pool2d(self.conv(x), 2)))
 
-    def contribution(self, e: torch.Tensor) -> torch.Tensor:
-        """What the new channels add to the next layer's output (the next conv's, or the scaled logits)."""
+    def contribution(self, e: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """What the split adds to the next layer's output (the next conv's, or the scaled logits): the new channels
+        ``e`` through their outgoing weights, minus the same weights' share of their sources in the stage's
+        output ``h``, which the sources give up when the seed joins (Net2Net's division of outgoing weights)."""
         if self.to_head:
-            return self.out(F.adaptive_max_pool2d(e, 1).flatten(1)) * LOGIT_SCALE
-        return self.out(e)
+            pooled = F.adaptive_max_pool2d(e, 1).flatten(1) - F.adaptive_max_pool2d(h, 1).flatten(1)[:, self.sources]
+            return self.out(pooled) * LOGIT_SCALE
+        return self.out(e - h[:, self.sources])
 
     @torch.no_grad()
-    def split_from(self, stage_conv: nn.Conv2d, stage_norm: nn.BatchNorm2d, generator: torch.Generator) -> None:
-        """Copy randomly chosen existing channels' incoming weights (with noise) and norm state."""
-        sources = torch.randint(stage_conv.out_channels, (self.conv.out_channels,), generator=generator)
+    def split_from(self, stage_conv: nn.Conv2d, stage_norm: nn.BatchNorm2d, consumer: torch.Tensor,
+                   generator: torch.Generator, split_outgoing: bool = True) -> None:
+        """Make every new channel a copy of an existing one (each source equally often): its incoming weights
+        with noise, its norm state, and (``split_outgoing``) an equal share of its outgoing weights in
+        ``consumer`` (the next layer's weight) among the source and its copies; else outgoing weights of zero.
+
+        The share keeps the function only where the copy equals its source at the stage's output, that is in a
+        stage without residual blocks (the copy is taken before them): elsewhere the outgoing weights start at
+        zero."""
+        old, extra = stage_conv.out_channels, self.conv.out_channels
+        sources = torch.arange(extra) % old
+        shares = (torch.bincount(sources, minlength=old) + 1).float()[sources]
         weight = stage_conv.weight.detach()
         noise = torch.randn(self.conv.weight.shape, generator=generator).to(weight.device, weight.dtype)
         self.conv.weight.copy_(weight[sources.to(weight.device)] + SPLIT_NOISE * float(weight.std()) * noise)
         index = sources.to(stage_norm.weight.device)
         for name in ("weight", "bias", "running_mean", "running_var"):
             getattr(self.norm, name).copy_(getattr(stage_norm, name)[index])
+        share = shares.to(consumer.device, consumer.dtype).view(1, -1, *[1] * (consumer.dim() - 2))
+        if split_outgoing:
+            self.out.weight.copy_(consumer.detach()[:, sources.to(consumer.device)] / share)
+        self.sources.copy_(sources)
 
 
 class FamilySlot(SlotModule):
@@ -101,10 +123,10 @@ class FamilySlot(SlotModule):
         x = torch.lerp(x_in.detach(), x_in, upstream) if torch.is_grad_enabled() else x_in
         return self.seed.channels(x)
 
-    def mix(self, y: torch.Tensor, e: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-        """``y + a d`` with ``d`` the widen seed's contribution to ``y`` (no straight-through term: see the
-        module docstring)."""
-        d = self.seed.contribution(e)
+    def mix(self, y: torch.Tensor, e: torch.Tensor, h: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+        """``y + a d`` with ``d`` the widen seed's contribution to ``y`` given the stage's output ``h`` (no
+        straight-through term: see the module docstring)."""
+        d = self.seed.contribution(e, h)
         a = _per_sample(alpha, y.shape[0])
         if a.dim() and y.dim() == 2:
             a = a.view(-1, 1)
@@ -154,7 +176,7 @@ class FamilyHost(nn.Module):
             e = slot.widen_channels(h, flags[1, k]) if on and slot.widens else None
             y = stage.conv(h)
             if pending is not None:
-                y = self.slots[pending[0]].mix(y, pending[1], alphas[pending[0]])
+                y = self.slots[pending[0]].mix(y, pending[1], h, alphas[pending[0]])
             h = F.gelu(stage.norm(F.max_pool2d(y, 2)))
             for block in stage.blocks:
                 h = block(h)
@@ -163,7 +185,7 @@ class FamilyHost(nn.Module):
             pending = (k, e) if e is not None else None
         logits = self.net.head(F.adaptive_max_pool2d(h, 1).flatten(1)) * LOGIT_SCALE
         if pending is not None:
-            logits = self.slots[pending[0]].mix(logits, pending[1], alphas[pending[0]])
+            logits = self.slots[pending[0]].mix(logits, pending[1], h, alphas[pending[0]])
         return logits
 
     def host_parameters(self) -> list[nn.Parameter]:
@@ -211,7 +233,8 @@ class FamilyHost(nn.Module):
         c_next = arch.widths[slot + 1] if slot + 1 < len(arch.widths) else None
         seed = WidenSeed(c_in, extra, c_next, self.num_classes).to(stage.conv.weight.device)
         generator = torch.Generator().manual_seed(int(torch.randint(2**62, ())))  # from the seeded global stream
-        seed.split_from(stage.conv, stage.norm, generator)
+        consumer = self.net.stages[slot + 1].conv if c_next is not None else self.net.head
+        seed.split_from(stage.conv, stage.norm, consumer.weight, generator, split_outgoing=not arch.blocks[slot])
         return seed
 
     def join(self, slot: int) -> Assembly:
@@ -242,7 +265,7 @@ def _join_widen(host: FamilyHost, k: int, seed: WidenSeed) -> Assembly:
     for block in stage.blocks:
         _widen_block(block, old, new, assembly)
     consumer = net.stages[k + 1].conv if k + 1 < len(net.stages) else net.head
-    _set(consumer, "weight", _cols(consumer.weight, seed.out.weight), assembly)
+    _set(consumer, "weight", _split_cols(consumer.weight, seed.out.weight, seed.sources), assembly)
     _widen_neighbours(host, k, extra, assembly)
     for module in (stage.conv, stage.norm, consumer):
         _fix_shape_attributes(module)
@@ -306,10 +329,13 @@ def _rows(old: nn.Parameter, seed: nn.Parameter) -> tuple[torch.Tensor, list[Pie
                    [Piece((slice(0, n),), source=old), Piece((slice(n, None),), source=seed)])
 
 
-def _cols(old: nn.Parameter, seed: nn.Parameter) -> tuple[torch.Tensor, list[Piece]]:
-    n = old.shape[1]
-    return (torch.cat([old.detach(), seed.detach()], 1),
-                   [Piece((slice(None), slice(0, n)), source=old), Piece((slice(None), slice(n, None)), source=seed)])
+def _split_cols(old: nn.Parameter, seed: nn.Parameter, sources: torch.Tensor) -> tuple[torch.Tensor, list[Piece]]:
+    """The next layer's weight after a split: each source column gives up its copies' shares, which become the
+    new columns."""
+    n, kept = old.shape[1], old.detach().clone()
+    kept.index_add_(1, sources.to(kept.device), -seed.detach())
+    return (torch.cat([kept, seed.detach()], 1),
+            [Piece((slice(None), slice(0, n)), source=old), Piece((slice(None), slice(n, None)), source=seed)])
 
 
 def _zero_cols(old: nn.Parameter, extra: int) -> tuple[torch.Tensor, list[Piece]]:

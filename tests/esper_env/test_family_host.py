@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from esper_env import family_host
 from esper_env.architecture import widen_extra
 from esper_env.blueprints import FAMILY_BLUEPRINTS
 from esper_env.family import Architecture, param_count
@@ -42,7 +43,8 @@ def _train_a_little(host: FamilyHost) -> None:
 
 @pytest.mark.parametrize("name", ["deepen", "widen_s", "widen_l"])
 @pytest.mark.parametrize("slot", [0, 1, 2])
-def test_a_planted_seed_changes_nothing_at_birth(name: str, slot: int) -> None:
+def test_a_planted_seed_changes_nothing_at_birth(name: str, slot: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(family_host, "SPLIT_NOISE", 0.0)  # exact copies: the split then keeps the function exactly
     host = _host()
     _train_a_little(host)
     host.eval()
@@ -50,6 +52,7 @@ def test_a_planted_seed_changes_nothing_at_birth(name: str, slot: int) -> None:
     before = host(x, *_controls(1.0, "full"))
     torch.manual_seed(1)
     host.plant(slot, INDEX[name], gated=False)
+    host.eval()  # the new seed's norm too
     for mode in ("incubate", "blend", "full"):
         assert torch.allclose(host(x, *_controls(1.0, mode)), before, atol=1e-6), mode
 
@@ -162,3 +165,19 @@ def test_seed_counts_are_what_the_seed_adds_once_joined(name: str, slot: int) ->
     if blocks_growth == 0:
         assert flops == grown
     assert host.seed_counts(slot, 16) == (0, 0)
+
+
+def test_a_split_shares_the_outgoing_weights_where_the_stage_has_no_blocks() -> None:
+    host = _host()
+    torch.manual_seed(1)
+    host.plant(0, INDEX["widen_s"], gated=False)  # stage 0 has no block: split
+    host.plant(1, INDEX["widen_s"], gated=False)  # stage 1 has one: outgoing weights start at zero
+    split, fresh = host.slots[0].seed, host.slots[1].seed
+    consumer = host.net.stages[1].conv.weight
+    assert torch.allclose(split.out.weight, consumer[:, split.sources] / 2)  # one copy per source: halves
+    assert fresh.out.weight.abs().sum() == 0
+    x = torch.randn(4, 3, 16, 16)
+    host.eval()
+    before = host(x, *_controls(0.0, "full"))
+    after = host(x, *_controls(1.0, "full"))
+    assert torch.allclose(before, after, rtol=0.05, atol=1e-3)  # the copies' noise is small
