@@ -16,7 +16,7 @@ from functools import cache
 from typing import Any
 
 # The env's config already turns numpy scalars into Python values by field annotation; one rule for both configs.
-from esper_env.config import plain_value
+from esper_env.config_types import matches, plain_value
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,7 @@ def _plain_numbers(cfg: AgentConfig) -> None:
 def _validate(cfg: AgentConfig) -> None:
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
-        if not _has_type(value, str(f.type)):
+        if not matches(value, str(f.type)):
             raise TypeError(f"{f.name}={value!r} has type {type(value).__name__}; expected {f.type}")
     for name in _UNIT_INTERVAL_OPEN_LOW:
         _require(cfg, name, 0.0 < getattr(cfg, name) <= 1.0, "a float in (0, 1]")
@@ -203,16 +203,6 @@ def _validate(cfg: AgentConfig) -> None:
 def _require(cfg: AgentConfig, name: str, ok: bool, expected: str) -> None:
     if not ok:
         raise ValueError(f"AgentConfig.{name}={getattr(cfg, name)!r} is out of range; expected {expected}")
-
-
-def _has_type(value: Any, annotation: str) -> bool:
-    if annotation == "bool":
-        return isinstance(value, bool)
-    if annotation == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if annotation == "float":
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    raise AssertionError(f"unhandled AgentConfig annotation {annotation!r}")
 
 
 @cache

@@ -43,7 +43,7 @@ def check_types(cfg: Any) -> None:
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
         expected = _expected_type(f)
-        if not _matches(value, expected):
+        if not matches(value, expected):
             kind = type(value)
             name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__name__}"
             raise TypeError(f"{f.name}={value!r} has type {name}; expected {f.type}")
@@ -53,7 +53,9 @@ def _expected_type(f: dataclasses.Field) -> str:
     return str(f.type).replace(" ", "")
 
 
-def _matches(value: Any, annotation: str) -> bool:
+def matches(value: Any, annotation: str) -> bool:
+    """Whether ``value`` has the type the annotation string names (``"int"``, ``"float|None"``,
+    ``"tuple[int,...]"``...); an annotation of another form is a programming error."""
     if value is None:
         return annotation.endswith("|None")
     base = annotation.removesuffix("|None")
@@ -67,5 +69,5 @@ def _matches(value: Any, annotation: str) -> bool:
         return isinstance(value, str)
     if base.startswith("tuple["):
         item = base[len("tuple[") : -len(",...]")]
-        return isinstance(value, tuple) and all(_matches(v, item) for v in value)
+        return isinstance(value, tuple) and all(matches(v, item) for v in value)
     raise AssertionError(f"unhandled annotation {annotation}")
