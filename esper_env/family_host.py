@@ -8,25 +8,23 @@ so that growth compounds. Slot ``k`` belongs to stage ``k`` and holds at most on
 * **deepen** (:class:`~esper_env.family.ResidualBlock` at the stage's width): sits after the stage's blocks; the
   slot mixes it in with the lifecycle's forward maths (``host.SlotModule``): ``h + a (s - h) + t (s - s.detach())``.
   Joining appends the block to the stage.
-* **widen** (:class:`WidenSeed`): ``extra`` new channels of the stage, ``GELU(BN(MaxPool(conv(x_in))))`` from the
-  stage's input ``x_in``, and their outgoing weights into the next layer (the next stage's conv, or the head),
-  zero at birth, or, in a stage without residual blocks, split as Net2Net splits them: each new channel copies an
-  existing one (with noise) and takes an equal share of its outgoing weights, which the source gives up when the
-  seed joins, so ``d = V (e - h[sources])`` starts near zero while the copies already carry the network's
-  features (the probes found split channels catch up much faster than fresh ones). The seed's contribution ``d``
-  is what those weights add to the next layer's output, mixed in as
-  ``y + a d``: the deepen maths with ``s - h`` replaced by ``d``, without the straight-through term, so a widen
-  seed waits through incubation and learns while it blends. Its outgoing weights would learn by straight-through
-  what the host is learning anyway (the new channels start as copies of its own), with no feedback, since the
-  value does not depend on them: on CIFAR-10 their norm grew without bound during incubation (to 1e11 within two
-  epochs of 87 steps), and every plan that widened all three stages collapsed once they blended in. The new
-  channels' incoming weights start as noisy copies of existing channels' (Net2Net's split, with the outgoing weights at
-  zero instead of divided, so the function is exactly kept): the probes (``benchmarks/grow_cost.py``) found that
-  split channels catch up much faster than random ones. Joining concatenates the seed's channels to the stage:
-  the stage's conv and norm gain the seed's rows, the stage's residual blocks gain identity channels (new
-  weights that read or write the old channels are zero, the new channels' last norm is zero), and the next
-  layer gains the seed's outgoing weights as input columns. At alpha 1 the network computes exactly what the
-  host with its seed computed.
+* **widen** (:class:`WidenSeed`): ``extra`` new channels of the stage, ``e = GELU(BN(MaxPool(conv(x_in))))`` from
+  the stage's input ``x_in``, split from the stage's own channels as Net2Net splits them (Chen, Goodfellow &
+  Shlens, 2016): each new channel copies a source channel's incoming weights (with small noise) and norm state,
+  each source equally often, and takes an equal share ``V`` of the source's outgoing weights into the next layer
+  (the next stage's conv, or the head), which the source gives up when the seed joins. Its contribution to the
+  next layer's output is ``d = V (e - h[sources])`` with ``h`` the stage's output, mixed in as ``y + a d``: it
+  starts near zero (exactly zero without the noise) while the copies already carry the network's features; the
+  probes (``benchmarks/grow_cost.py``) found split channels catch up much faster than fresh ones. A copy equals
+  its source only where the stage has no residual blocks (it is taken before them), so in a stage with blocks
+  ``V`` starts at zero instead. A widen seed has no straight-through term: its outgoing weights would learn by
+  straight-through, with no feedback (the value does not depend on them), what the host is learning anyway, and
+  grow without bound (a norm of 1e11 within two CIFAR-sized epochs on the CPU; on CIFAR-10 every plan that widened
+  all three stages collapsed once they blended in). So it waits through incubation and learns while it blends.
+  Joining concatenates the seed's channels to the stage: the stage's conv and norm gain the seed's rows, the
+  stage's residual blocks gain identity channels (new weights that read or write the old channels are zero, the
+  new channels' last norm is zero), and the next layer gains ``V`` as input columns, taken from the sources'. At
+  alpha 1 the network computes exactly what the host with its seed computed.
 
 Joining changes parameter shapes, so it returns, for each new parameter, how it was assembled from old ones
 (:class:`Piece`); the optimizer assembles momentum the same way (``optim.NesterovSGD.regroup``). Seeds' norms are
