@@ -329,8 +329,11 @@ def _validate(cfg: EnvConfig) -> None:
 
 
 def _check_family(cfg: EnvConfig) -> None:
+    # The seedling's widths set the stage count; each other field is checked against them and named when wrong.
+    _require(cfg, "family_widths", len(cfg.family_widths) >= 1 and all(w >= 1 for w in cfg.family_widths),
+             "a non-empty list of positive channel counts, one per stage")
     stages = len(cfg.family_widths)
-    for name in ("family_widths", "family_blocks", "max_widths", "max_blocks"):
+    for name in ("family_blocks", "max_widths", "max_blocks"):
         value = getattr(cfg, name)
         _require(cfg, name, len(value) == stages and all(v >= (1 if "widths" in name else 0) for v in value),
                  f"{stages} {'positive channel' if 'widths' in name else 'non-negative block'} counts, one per stage")
@@ -340,8 +343,8 @@ def _check_family(cfg: EnvConfig) -> None:
     pairs = (("family_widths", "max_widths"), ("family_blocks", "max_blocks"), ("start_widths", "max_widths"),
              ("start_blocks", "max_blocks"))
     for small, large in ((a, b) for a, b in pairs if getattr(cfg, a) is not None):
-        _require(cfg, large, all(a <= b for a, b in zip(getattr(cfg, small), getattr(cfg, large), strict=True)),
-                 f"at least {small}={getattr(cfg, small)!r} in every stage")
+        _require(cfg, small, all(a <= b for a, b in zip(getattr(cfg, small), getattr(cfg, large), strict=True)),
+                 f"at most {large}={getattr(cfg, large)!r} in every stage")
     if cfg.host != "family":
         for name in ("flops_price", "params_price"):
             _require(cfg, name, getattr(cfg, name) == 0.0, "0.0 unless host='family' (only it counts FLOPs)")

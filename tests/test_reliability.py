@@ -263,6 +263,27 @@ OUT_OF_RANGE: dict[str, st.SearchStrategy] = {
     | st.just([0.0] * 7 + [math.nan]),
     "device": st.sampled_from(["", "gpu", "banana", "cuda:x"]),
     "devices": st.just([]),
+    "condition": st.sampled_from(["", "Full", "pool1k"]),
+    "host": st.sampled_from(["", "large", "Family"]),
+    "lr_schedule": st.sampled_from(["", "linear", "WSD"]),
+    "label_smoothing": NEGATIVE | st.floats(min_value=1.0, exclude_min=True) | st.just(math.nan),
+    "crop_pad": st.integers(max_value=-1),
+    "family_stem": st.integers(max_value=0),
+    # on the default small host any growth price is refused: only the family host counts FLOPs
+    **{name: NEGATIVE | NOT_FINITE | st.floats(min_value=1e-3, max_value=10.0) for name in ("flops_price",
+                                                                                        "params_price")},
+    "family_widths": st.just([]) | st.lists(st.integers(max_value=0), min_size=3, max_size=3)
+    | st.lists(st.integers(300, 999), min_size=3, max_size=3),
+    "family_blocks": st.lists(st.integers(max_value=-1), min_size=3, max_size=3)
+    | st.lists(st.integers(0, 0), min_size=1, max_size=2) | st.lists(st.integers(2, 5), min_size=3, max_size=3),
+    "max_widths": st.lists(st.integers(max_value=0), min_size=3, max_size=3) | st.lists(st.integers(64, 99),
+                                                                                          max_size=2),
+    "max_blocks": st.lists(st.integers(max_value=-1), min_size=3, max_size=3) | st.lists(st.integers(1, 2),
+                                                                                            max_size=2),
+    "start_widths": st.lists(st.integers(300, 999), min_size=3, max_size=3)
+    | st.lists(st.integers(16, 32), min_size=1, max_size=2),
+    "start_blocks": st.lists(st.integers(2, 5), min_size=3, max_size=3) | st.lists(st.integers(0, 0), min_size=1,
+                                                                                      max_size=2),
 }
 """A value of the right type but out of range, per field (the ranges the field docstrings and DESIGN give)."""
 ANY_VALUE_OK = {"data_dir", "download", "report_test_accuracy", "auto_advance", "one_seed_incubating"}
