@@ -39,7 +39,8 @@ from torch import nn
 from esper_env.architecture import Architecture, forward_flops, param_count
 
 __all__ = ["Architecture", "FamilyNet", "ResidualBlock", "Growth", "deepen", "widen", "grow_to", "carry_momentum",
-           "fresh_masks", "boost_fresh", "forward_flops", "param_count", "LOGIT_SCALE"]
+           "fresh_masks", "boost_fresh", "forward_flops", "param_count", "LOGIT_SCALE", "noisy_copies",
+           "sync_shape_attributes"]
 
 LOGIT_SCALE = 1.0 / 8.0  # scaled logits, as in the fast recipes: with label smoothing it tames early steps
 
@@ -208,29 +209,33 @@ class _Split:
         for name, buffer in list(module.named_buffers(recurse=False)):
             if buffer.dim() == 1:  # BatchNorm running statistics; num_batches_tracked (0-dim) stays
                 setattr(module, name, buffer.index_select(0, self.index.to(buffer.device)))
-        _set_channel_counts(module, out_rows, in_cols, len(self.index))
+        sync_shape_attributes(module)
 
     def _perturb_copies(self, weight: torch.Tensor) -> torch.Tensor:
-        if self.noise == 0:
-            return weight
-        copies = weight[self.old:]
-        scale = self.noise * float(weight[: self.old].std())  # sync: once per growth step, not per batch
-        shape = copies.shape
-        draw = torch.randn(shape, generator=self.generator).to(weight.device, weight.dtype)
-        return torch.cat([weight[: self.old], copies + scale * draw])
+        copies = noisy_copies(weight[self.old:], weight[: self.old], self.noise, self.generator)
+        return torch.cat([weight[: self.old], copies])
 
 
-def _set_channel_counts(module: nn.Module, out_rows: bool, in_cols: bool, width: int) -> None:
-    """Keep the modules' shape attributes (used by their ``repr`` and by checks) true after a split."""
+def noisy_copies(copies: torch.Tensor, reference: torch.Tensor, noise: float,
+                 generator: torch.Generator | None) -> torch.Tensor:
+    """``copies`` plus Gaussian noise of SD ``noise`` x the SD of ``reference`` (the copied weight tensor), drawn on
+    the CPU with ``generator``: what breaks the symmetry between a split channel and its source."""
+    if noise == 0:
+        return copies
+    scale = noise * float(reference.std())  # sync: once per growth step, not per batch
+    draw = torch.randn(copies.shape, generator=generator).to(copies.device, copies.dtype)
+    return copies + scale * draw
+
+
+def sync_shape_attributes(module: nn.Module) -> None:
+    """Keep a grown module's shape attributes (its ``repr`` and checks read them) true to its weight's shape."""
+    weight = module.weight
     if isinstance(module, nn.Conv2d):
-        if out_rows:
-            module.out_channels = width
-        if in_cols:
-            module.in_channels = width
+        module.out_channels, module.in_channels = weight.shape[0], weight.shape[1]
     elif isinstance(module, nn.BatchNorm2d):
-        module.num_features = width
-    elif isinstance(module, nn.Linear) and in_cols:
-        module.in_features = width
+        module.num_features = weight.shape[0]
+    elif isinstance(module, nn.Linear):
+        module.out_features, module.in_features = weight.shape
 
 
 def fresh_masks(net: FamilyNet, since: Architecture) -> list[tuple[nn.Parameter, torch.Tensor]]:

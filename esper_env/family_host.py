@@ -19,8 +19,8 @@ so that growth compounds. Slot ``k`` belongs to stage ``k`` and holds at most on
   its source only where the stage has no residual blocks (it is taken before them), so in a stage with blocks
   ``V`` starts at zero instead. A widen seed has no straight-through term: its outgoing weights would learn by
   straight-through, with no feedback (the value does not depend on them), what the host is learning anyway, and
-  grow without bound (a norm of 1e11 within two CIFAR-sized epochs on the CPU; on CIFAR-10 every plan that widened
-  all three stages collapsed once they blended in). So it waits through incubation and learns while it blends.
+  grow without bound (on CIFAR-10 every plan that widened all three stages collapsed once they blended in:
+  ``benchmarks/results/screen_probe/``). So it waits through incubation and learns while it blends.
   Joining concatenates the seed's channels to the stage: the stage's conv and norm gain the seed's rows, the
   stage's residual blocks gain identity channels (new weights that read or write the old channels are zero, the
   new channels' last norm is zero), and the next layer gains ``V`` as input columns, taken from the sources'. At
@@ -41,7 +41,7 @@ from torch import nn
 
 from esper_env.architecture import widen_extra
 from esper_env.blueprints import FAMILY_BLUEPRINTS
-from esper_env.family import LOGIT_SCALE, Architecture, FamilyNet, ResidualBlock
+from esper_env.family import LOGIT_SCALE, Architecture, FamilyNet, ResidualBlock, noisy_copies, sync_shape_attributes
 from esper_env.host import SlotModule, _per_sample
 
 SPLIT_NOISE = 0.01  # symmetry-breaking noise of a split channel's copied weights, relative to the weights' SD
@@ -91,8 +91,7 @@ class WidenSeed(nn.Module):
         sources = torch.arange(extra) % old
         shares = (torch.bincount(sources, minlength=old) + 1).float()[sources]
         weight = stage_conv.weight.detach()
-        noise = torch.randn(self.conv.weight.shape, generator=generator).to(weight.device, weight.dtype)
-        self.conv.weight.copy_(weight[sources.to(weight.device)] + SPLIT_NOISE * float(weight.std()) * noise)
+        self.conv.weight.copy_(noisy_copies(weight[sources.to(weight.device)], weight, SPLIT_NOISE, generator))
         index = sources.to(stage_norm.weight.device)
         for name in ("weight", "bias", "running_mean", "running_var"):
             getattr(self.norm, name).copy_(getattr(stage_norm, name)[index])
@@ -266,7 +265,7 @@ def _join_widen(host: FamilyHost, k: int, seed: WidenSeed) -> Assembly:
     _set(consumer, "weight", _split_cols(consumer.weight, seed.out.weight, seed.sources), assembly)
     _widen_neighbours(host, k, extra, assembly)
     for module in (stage.conv, stage.norm, consumer):
-        _fix_shape_attributes(module)
+        sync_shape_attributes(module)
     net.arch = net.arch.widened(k, new)
     host.slots[k].channels = new
     return assembly
@@ -278,11 +277,11 @@ def _widen_neighbours(host: FamilyHost, k: int, extra: int, assembly: Assembly) 
     if k + 1 < len(host.slots) and host.slots[k + 1].widens:
         conv = host.slots[k + 1].seed.conv
         _set(conv, "weight", _zero_cols(conv.weight, extra), assembly)
-        _fix_shape_attributes(conv)
+        sync_shape_attributes(conv)
     if k > 0 and host.slots[k - 1].widens:
         out = host.slots[k - 1].seed.out
         _set(out, "weight", _zero_rows(out.weight, extra), assembly)
-        _fix_shape_attributes(out)
+        sync_shape_attributes(out)
 
 
 def _widen_block(block: ResidualBlock, old: int, new: int, assembly: Assembly) -> None:
@@ -294,7 +293,7 @@ def _widen_block(block: ResidualBlock, old: int, new: int, assembly: Assembly) -
         pieces = [Piece((slice(0, old), slice(0, old)), source=conv.weight),
                   Piece((slice(old, new),), fresh=fresh.weight.detach())]
         _set(conv, "weight", _assemble(weight, pieces), assembly)
-        _fix_shape_attributes(conv)
+        sync_shape_attributes(conv)
     _grow_norm(block.norm1, new - old, zero=False, assembly=assembly)
     _grow_norm(block.norm2, new - old, zero=True, assembly=assembly)
 
@@ -304,7 +303,7 @@ def _join_norm(norm: nn.BatchNorm2d, seed_norm: nn.BatchNorm2d, assembly: Assemb
         _set(norm, name, _rows(getattr(norm, name), getattr(seed_norm, name)), assembly)
     for name in ("running_mean", "running_var"):
         setattr(norm, name, torch.cat([getattr(norm, name), getattr(seed_norm, name)]))
-    _fix_shape_attributes(norm)
+    sync_shape_attributes(norm)
 
 
 def _grow_norm(norm: nn.BatchNorm2d, extra: int, zero: bool, assembly: Assembly) -> None:
@@ -318,7 +317,7 @@ def _grow_norm(norm: nn.BatchNorm2d, extra: int, zero: bool, assembly: Assembly)
     for name, value in (("running_mean", 0.0), ("running_var", 1.0)):
         old = getattr(norm, name)
         setattr(norm, name, torch.cat([old, torch.full((extra,), value, device=old.device, dtype=old.dtype)]))
-    _fix_shape_attributes(norm)
+    sync_shape_attributes(norm)
 
 
 def _rows(old: nn.Parameter, seed: nn.Parameter) -> tuple[torch.Tensor, list[Piece]]:
@@ -362,14 +361,3 @@ def _set(module: nn.Module, name: str, built: tuple[torch.Tensor, list[Piece]], 
     param = nn.Parameter(value.contiguous())
     setattr(module, name, param)
     assembly[param] = pieces
-
-
-def _fix_shape_attributes(module: nn.Module) -> None:
-    """Keep the modules' shape attributes (their ``repr`` and checks read them) true after a join."""
-    weight = module.weight
-    if isinstance(module, nn.Conv2d):
-        module.out_channels, module.in_channels = weight.shape[0], weight.shape[1]
-    elif isinstance(module, nn.BatchNorm2d):
-        module.num_features = weight.shape[0]
-    elif isinstance(module, nn.Linear):
-        module.out_features, module.in_features = weight.shape

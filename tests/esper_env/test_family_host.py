@@ -21,6 +21,14 @@ def _host(seed: int = 0) -> FamilyHost:
     return FamilyHost(ARCH, num_classes=5, in_channels=3)
 
 
+def _planted(name: str, slot: int) -> FamilyHost:
+    """A fresh host with blueprint ``name`` planted in ``slot`` from a fixed seed."""
+    host = _host()
+    torch.manual_seed(1)
+    host.plant(slot, INDEX[name], gated=False)
+    return host
+
+
 def _controls(alpha: float, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
     """alphas and flags for every slot in one forward mode (see host.py's table)."""
     straight, upstream = {"incubate": (1.0, 0.0), "blend": (0.0, 0.0), "full": (0.0, 1.0)}[mode]
@@ -60,9 +68,7 @@ def test_a_planted_seed_changes_nothing_at_birth(name: str, slot: int, monkeypat
 @pytest.mark.parametrize("name", ["deepen", "widen_s", "widen_l"])
 @pytest.mark.parametrize("slot", [0, 1, 2])
 def test_joining_keeps_the_function_and_grows_the_architecture(name: str, slot: int) -> None:
-    host = _host()
-    torch.manual_seed(1)
-    host.plant(slot, INDEX[name], gated=False)
+    host = _planted(name, slot)
     _train_a_little(host)  # the seed's outgoing weights and its block's last norm are no longer zero
     host.eval()
     x = torch.randn(4, 3, 16, 16)
@@ -152,9 +158,7 @@ def test_the_family_host_refuses_what_it_cannot_grow() -> None:
 def test_seed_counts_are_what_the_seed_adds_once_joined(name: str, slot: int) -> None:
     from esper_env.family import forward_flops
 
-    host = _host()
-    torch.manual_seed(1)
-    host.plant(slot, INDEX[name], gated=False)
+    host = _planted(name, slot)
     params, flops = host.seed_counts(slot, image_size=16)
     before = host.arch
     host.join(slot)
