@@ -83,10 +83,11 @@ def _seed_sizes(slots: tuple[SlotState, ...], param_table: np.ndarray) -> list[t
 
 
 def apply_action(episode: Episode, action: np.ndarray, valid: bool,
-                 joins: bool = False) -> tuple[list[ModuleChange], float]:
+                 host: str = "small") -> tuple[list[ModuleChange], float]:
     """Apply a validated action's op (WAIT if ``valid`` is False). Returns module changes and the last
-    measured contribution of a seed this op pruned (0.0 if none), for the contribution reward. With ``joins``
-    (a growable host) FOSSILIZE also joins the seed to the host and frees its slot (``lifecycle.release``)."""
+    measured contribution of a seed this op pruned (0.0 if none), for the contribution reward. On the growable
+    family ``host`` FOSSILIZE also joins the seed to the host and frees its slot (``lifecycle.release``), and a
+    widen seed is mixed in from germination (``lifecycle.blends_at_birth``)."""
     op = Op(int(action[Head.OP])) if valid else Op.WAIT
     episode.last_op, episode.last_valid = int(op), valid
     if op == Op.WAIT:
@@ -97,14 +98,15 @@ def apply_action(episode: Episode, action: np.ndarray, valid: bool,
     pruned = 0.0
     if op == Op.GERMINATE:
         blueprint, blend = int(action[Head.BLUEPRINT]), int(action[Head.BLEND])
-        new = lifecycle.germinate(state, blueprint, blend, int(action[Head.TEMPO]))
+        new = lifecycle.germinate(state, blueprint, blend, int(action[Head.TEMPO]),
+                                  born_blended=lifecycle.blends_at_birth(blueprint, host))
         changes.append(ModuleChange("plant", slot, blueprint, blend == GATED))
     elif op == Op.PRUNE:
         new, pruned = lifecycle.prune(state), state.contribution or 0.0
         changes.append(ModuleChange("remove", slot))
     elif op == Op.FOSSILIZE:
         new = lifecycle.fossilize(state)
-        if joins:
+        if host == "family":
             new = lifecycle.release(new)
             changes.append(ModuleChange("join", slot))
     else:

@@ -11,20 +11,23 @@ so that growth compounds. Slot ``k`` belongs to stage ``k`` and holds at most on
 * **widen** (:class:`WidenSeed`): ``extra`` new channels of the stage, ``e = GELU(BN(MaxPool(conv(x_in))))`` from
   the stage's input ``x_in``, split from the stage's own channels as Net2Net splits them (Chen, Goodfellow &
   Shlens, 2016): each new channel copies a source channel's incoming weights (with small noise) and norm state,
-  each source equally often, and takes an equal share ``V`` of the source's outgoing weights into the next layer
-  (the next stage's conv, or the head), which the source gives up when the seed joins. Its contribution to the
-  next layer's output is ``d = V (e - h[sources])`` with ``h`` the stage's output, mixed in as ``y + a d``: it
-  starts near zero (exactly zero without the noise) while the copies already carry the network's features; the
-  probes (``benchmarks/grow_cost.py``) found split channels catch up much faster than fresh ones. A copy equals
-  its source only where the stage has no residual blocks (it is taken before them), so in a stage with blocks
-  ``V`` starts at zero instead. A widen seed has no straight-through term: its outgoing weights would learn by
-  straight-through, with no feedback (the value does not depend on them), what the host is learning anyway, and
-  grow without bound (on CIFAR-10 every plan that widened all three stages collapsed once they blended in:
-  ``benchmarks/results/screen_probe/``). So it waits through incubation and learns while it blends.
+  each source equally often, and a fixed equal share ``S`` of the source's outgoing weights into the next layer
+  (the next stage's conv, or the head), which the source gives up when the seed joins; the copies' own
+  outgoing weights ``V`` start at that share and learn. Its contribution to the next layer's output is
+  ``d = V e - S h[sources]`` with ``h`` the stage's output, mixed in as ``y + a d``: it starts near zero
+  (exactly zero without the noise) while the copies already carry the network's features, and at alpha 1 the
+  sources' effective outgoing weights ``W - S`` and the copies' ``V`` learn exactly as the split layer's would;
+  the probes (``benchmarks/grow_cost.py``) found split channels catch up much faster than fresh ones. A copy
+  equals its source only where the stage has no residual blocks (it is taken before them), so in a stage with
+  blocks ``S`` and ``V`` start at zero instead. Since the split keeps the function at any amplitude, a widen seed
+  is mixed in at alpha 1 from germination (``lifecycle.blends_at_birth``). It has no straight-through term:
+  by straight-through its outgoing weights would learn, with no feedback (the value does not depend on them),
+  what the host is learning anyway, and grow without bound (on CIFAR-10 every plan that widened all three
+  stages collapsed: ``benchmarks/results/screen_probe/``).
   Joining concatenates the seed's channels to the stage: the stage's conv and norm gain the seed's rows, the
   stage's residual blocks gain identity channels (new weights that read or write the old channels are zero, the
-  new channels' last norm is zero), and the next layer gains ``V`` as input columns, taken from the sources'. At
-  alpha 1 the network computes exactly what the host with its seed computed.
+  new channels' last norm is zero), and the next layer gains ``V`` as input columns, the sources' giving up
+  ``S``. At alpha 1 the network computes exactly what the host with its seed computed.
 
 Joining changes parameter shapes, so it returns, for each new parameter, how it was assembled from old ones
 (:class:`Piece`); the optimizer assembles momentum the same way (``optim.NesterovSGD.regroup``). Seeds' norms are
@@ -59,6 +62,9 @@ class WidenSeed(nn.Module):
         nn.init.zeros_(self.out.weight)
         self.register_buffer("sources", torch.zeros(extra, dtype=torch.long))
         """The stage channel each new channel was split from."""
+        self.register_buffer("share", torch.zeros_like(self.out.weight))
+        """The outgoing weights the sources give up to their copies, fixed at the split."""
+        self.split = False  # whether the outgoing weights were split (else they and the share start at zero)
 
     @property
     def to_head(self) -> bool:
@@ -70,12 +76,15 @@ class WidenSeed(nn.Module):
 
     def contribution(self, e: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """What the split adds to the next layer's output (the next conv's, or the scaled logits): the new channels
-        ``e`` through their outgoing weights, minus the same weights' share of their sources in the stage's
-        output ``h``, which the sources give up when the seed joins (Net2Net's division of outgoing weights)."""
+        ``e`` through their outgoing weights, minus the sources' ``share`` of theirs from the stage's output
+        ``h`` (Net2Net's division of outgoing weights; the sources give it up when the seed joins). The share is
+        fixed, so at alpha 1 the copies' and the sources' outgoing weights learn as the joined layer's would."""
         if self.to_head:
-            pooled = F.adaptive_max_pool2d(e, 1).flatten(1) - F.adaptive_max_pool2d(h, 1).flatten(1)[:, self.sources]
-            return self.out(pooled) * LOGIT_SCALE
-        return self.out(e - h[:, self.sources])
+            pooled, sources = F.adaptive_max_pool2d(e, 1).flatten(1), F.adaptive_max_pool2d(h, 1).flatten(1)
+            given_up = F.linear(sources[:, self.sources], self.share) if self.split else 0.0
+            return (self.out(pooled) - given_up) * LOGIT_SCALE
+        given_up = F.conv2d(h[:, self.sources], self.share, padding=1) if self.split else 0.0
+        return self.out(e) - given_up
 
     @torch.no_grad()
     def split_from(self, stage_conv: nn.Conv2d, stage_norm: nn.BatchNorm2d, consumer: torch.Tensor,
@@ -97,7 +106,9 @@ class WidenSeed(nn.Module):
             getattr(self.norm, name).copy_(getattr(stage_norm, name)[index])
         share = shares.to(consumer.device, consumer.dtype).view(1, -1, *[1] * (consumer.dim() - 2))
         if split_outgoing:
-            self.out.weight.copy_(consumer.detach()[:, sources.to(consumer.device)] / share)
+            self.share.copy_(consumer.detach()[:, sources.to(consumer.device)] / share)
+            self.out.weight.copy_(self.share)
+            self.split = True
         self.sources.copy_(sources)
 
 
@@ -201,6 +212,8 @@ class FamilyHost(nn.Module):
         c_in, extra = seed.conv.in_channels, seed.conv.out_channels
         flops = 2 * 9 * c_in * extra * out_pixels * 4  # the seed's conv runs before the pool, like the stage's
         weight = seed.out.weight
+        # What the seed adds to the architecture once joined: subtracting the sources' share until then is
+        # bookkeeping of the split, not part of the network it grows, and is not priced.
         flops += 2 * weight.numel() * (1 if seed.to_head else out_pixels)
         return params, flops
 
@@ -262,7 +275,7 @@ def _join_widen(host: FamilyHost, k: int, seed: WidenSeed) -> Assembly:
     for block in stage.blocks:
         _widen_block(block, old, new, assembly)
     consumer = net.stages[k + 1].conv if k + 1 < len(net.stages) else net.head
-    _set(consumer, "weight", _split_cols(consumer.weight, seed.out.weight, seed.sources), assembly)
+    _set(consumer, "weight", _split_cols(consumer.weight, seed), assembly)
     _widen_neighbours(host, k, extra, assembly)
     for module in (stage.conv, stage.norm, consumer):
         sync_shape_attributes(module)
@@ -279,9 +292,10 @@ def _widen_neighbours(host: FamilyHost, k: int, extra: int, assembly: Assembly) 
         _set(conv, "weight", _zero_cols(conv.weight, extra), assembly)
         sync_shape_attributes(conv)
     if k > 0 and host.slots[k - 1].widens:
-        out = host.slots[k - 1].seed.out
-        _set(out, "weight", _zero_rows(out.weight, extra), assembly)
-        sync_shape_attributes(out)
+        seed = host.slots[k - 1].seed
+        _set(seed.out, "weight", _zero_rows(seed.out.weight, extra), assembly)
+        seed.share = torch.cat([seed.share, seed.share.new_zeros((extra, *seed.share.shape[1:]))])
+        sync_shape_attributes(seed.out)
 
 
 def _widen_block(block: ResidualBlock, old: int, new: int, assembly: Assembly) -> None:
@@ -326,13 +340,14 @@ def _rows(old: nn.Parameter, seed: nn.Parameter) -> tuple[torch.Tensor, list[Pie
                    [Piece((slice(0, n),), source=old), Piece((slice(n, None),), source=seed)])
 
 
-def _split_cols(old: nn.Parameter, seed: nn.Parameter, sources: torch.Tensor) -> tuple[torch.Tensor, list[Piece]]:
-    """The next layer's weight after a split: each source column gives up its copies' shares, which become the
-    new columns."""
+def _split_cols(old: nn.Parameter, seed: WidenSeed) -> tuple[torch.Tensor, list[Piece]]:
+    """The next layer's weight after a split: each source column gives up its copies' fixed shares, and the
+    copies' outgoing weights become the new columns."""
     n, kept = old.shape[1], old.detach().clone()
-    kept.index_add_(1, sources.to(kept.device), -seed.detach())
-    return (torch.cat([kept, seed.detach()], 1),
-            [Piece((slice(None), slice(0, n)), source=old), Piece((slice(None), slice(n, None)), source=seed)])
+    kept.index_add_(1, seed.sources.to(kept.device), -seed.share)
+    return (torch.cat([kept, seed.out.weight.detach()], 1),
+            [Piece((slice(None), slice(0, n)), source=old),
+             Piece((slice(None), slice(n, None)), source=seed.out.weight)])
 
 
 def _zero_cols(old: nn.Parameter, extra: int) -> tuple[torch.Tensor, list[Piece]]:

@@ -160,6 +160,7 @@ class SlotState:
     contribution_age: int = 0  # epochs since it was measured
     grad_norm: float | None = None  # seed gradient norm over the last epoch (None = not measured)
     grad_ratio: float | None = None  # seed gradient norm / host gradient norm over the last epoch
+    born_blended: bool = False  # mixed in at alpha 1 from germination (:func:`blends_at_birth`)
 
     @property
     def has_seed(self) -> bool:
@@ -173,6 +174,14 @@ class SlotState:
 EMPTY = SlotState()
 
 
+def slot_mode(state: SlotState) -> ForwardMode:
+    """How a slot's seed is mixed in this epoch: by its stage, except that a seed born blended is at full
+    amplitude in every stage it holds a seed (:func:`blends_at_birth`)."""
+    if state.born_blended and state.has_seed:
+        return ForwardMode.FULL
+    return forward_mode(state.stage)
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Gates: may an op be applied? (masks.py turns these into masks)
 # ----------------------------------------------------------------------------------------------------------
@@ -181,7 +190,7 @@ def may_germinate(slots: tuple[SlotState, ...], index: int, cfg: EnvConfig) -> b
         return False
     if sum(s.has_seed for s in slots) >= cfg.seed_limit:
         return False
-    return not (cfg.one_seed_incubating and any(s.stage in INCUBATING for s in slots))
+    return not (cfg.one_seed_incubating and any(s.stage in INCUBATING and not s.born_blended for s in slots))
 
 
 def may_advance(state: SlotState, cfg: EnvConfig) -> bool:
@@ -194,17 +203,21 @@ def _advance_gate(state: SlotState, cfg: EnvConfig) -> bool:
     if target is None:
         return False
     if target == BLEND_STAGE:
-        return state.epochs_in_stage >= cfg.min_training_epochs and (state.gradient_healthy
-                                                                     or not learns_incubating(state, cfg))
+        return state.epochs_in_stage >= cfg.min_training_epochs and state.gradient_healthy
     if state.stage == BLEND_STAGE:
         return state.blend_step >= state.tempo
     return True
 
 
-def learns_incubating(state: SlotState, cfg: EnvConfig) -> bool:
-    """Whether the seed learns while it incubates (by straight-through): every seed but the family host's widen
-    seeds, which wait (``family_host``'s docstring says why); those need no gradient to start blending."""
-    return not (cfg.host == "family" and state.blueprint in FAMILY_WIDENS)
+def blends_at_birth(blueprint: int, host: str) -> bool:
+    """Whether a seed of ``blueprint`` is mixed in at alpha 1 from germination: the family host's widen seeds.
+
+    A widen seed is a Net2Net split of its stage's channels (``family_host.WidenSeed``): it computes the host's
+    function at any amplitude, so incubation (which protects the host from an untrained seed) and the ramp
+    protect nothing, while every epoch spent on them is an epoch the wider network does not train. It still
+    passes through the lifecycle's stages and timers (its ramp is complete on entering BLENDING), so the agent
+    decides when it joins, or prunes it, as for any seed."""
+    return host == "family" and blueprint in FAMILY_WIDENS
 
 
 def may_prune(state: SlotState, cfg: EnvConfig) -> bool:
@@ -222,9 +235,11 @@ def may_fossilize(state: SlotState, cfg: EnvConfig) -> bool:
 # ----------------------------------------------------------------------------------------------------------
 # Ops
 # ----------------------------------------------------------------------------------------------------------
-def germinate(state: SlotState, blueprint: int, blend: int, tempo_index: int) -> SlotState:
+def germinate(state: SlotState, blueprint: int, blend: int, tempo_index: int,
+              born_blended: bool = False) -> SlotState:
     _require_move(state, S.GERMINATED)
-    return SlotState(stage=S.GERMINATED, blueprint=blueprint, blend=blend, tempo=TEMPOS[tempo_index])
+    return SlotState(stage=S.GERMINATED, blueprint=blueprint, blend=blend, tempo=TEMPOS[tempo_index],
+                     born_blended=born_blended, alpha=1.0 if born_blended else 0.0)
 
 
 def advance(state: SlotState) -> SlotState:
@@ -233,6 +248,8 @@ def advance(state: SlotState) -> SlotState:
         raise ValueError(f"stage {state.stage.name} has no stage to advance to")
     _require_move(state, target)
     if target == BLEND_STAGE:
+        if state.born_blended:  # already at alpha 1: its ramp is complete
+            return dataclasses.replace(_enter(state, target), blend_step=state.tempo)
         return dataclasses.replace(_enter(state, target), blend_step=1, alpha=blend_curve(state.blend, 1 / state.tempo))
     if target in FULLY_BLENDED:
         return dataclasses.replace(_enter(state, target), alpha=1.0)
@@ -305,6 +322,6 @@ __all__ = [
     "SEEDED", "LIVE", "TERMINAL", "COOLDOWN", "GERMINABLE", "PRUNABLE", "FOSSILIZABLE", "INCUBATING",
     "FULLY_BLENDED", "ADVANCE_TARGET", "GROWTH_PATH", "BLEND_STAGE", "sources_of", "reachable_from",
     "may_germinate", "may_advance", "may_prune", "may_fossilize", "germinate", "advance", "prune", "fossilize",
-    "JOINING", "release",
+    "JOINING", "release", "blends_at_birth", "slot_mode",
     "record_epoch", "tick", "blend_curve",
 ]

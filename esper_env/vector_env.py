@@ -36,7 +36,7 @@ from esper_env.episode import (
 from esper_env.growth import GrowthLedger, growth_info
 from esper_env.host import host_param_count
 from esper_env.info import StepRecord, build_step_info, only_rows, reset_info
-from esper_env.lifecycle import BLEND_CURVES, ForwardMode, forward_mode
+from esper_env.lifecycle import BLEND_CURVES, ForwardMode, slot_mode
 from esper_env.observation import observe
 from esper_env.render import RENDER_METADATA, Renderer, split_vector_info
 from esper_env.rewards import RewardInputs, potential, step_reward
@@ -250,7 +250,7 @@ class EsperVectorEnv(VectorEnv):
         valid = masks.is_valid(action, self._op_slot[i], self._blueprint_mask[i], self._blend_mask[i])
         previous = (ep.measurement.val_accuracy if ep.measurement else self._chance(i),
                     self._seed_params(i), potential(ep.stages, self.config))
-        changes, pruned = apply_action(ep, action, valid, joins=self._growth is not None)
+        changes, pruned = apply_action(ep, action, valid, host=self.config.host)
         self._apply_changes(i, changes)
         slot = -1 if ep.last_op == spaces.Op.WAIT else int(action[spaces.Head.SLOT])
         return StepRecord(valid=valid, op=ep.last_op, slot=slot, previous=previous, pruned_contribution=pruned)
@@ -259,7 +259,7 @@ class EsperVectorEnv(VectorEnv):
         ep, cfg = self._episodes[i], self.config
         fault = self._faults.pop(i, None)
         schedule = schedule_factor(cfg, ep.epoch)
-        modes = tuple(forward_mode(s.stage) for s in ep.slots)
+        modes = tuple(slot_mode(s) for s in ep.slots)
         controls = slot_controls(modes, tuple(s.alpha for s in ep.slots))
         return EpochControl(controls + [cfg.host_lr * schedule, cfg.seed_lr * schedule],
                             fault=fault)
@@ -349,7 +349,7 @@ class EsperVectorEnv(VectorEnv):
         self._sync_plan(i)
 
     def _sync_plan(self, i: int) -> None:
-        blended = tuple(forward_mode(s.stage) in (ForwardMode.BLEND, ForwardMode.FULL) for s in self._episodes[i].slots)
+        blended = tuple(slot_mode(s) in (ForwardMode.BLEND, ForwardMode.FULL) for s in self._episodes[i].slots)
         self._engine.trainers[i].set_plan(blended)
 
     def _table(self, i: int) -> np.ndarray:

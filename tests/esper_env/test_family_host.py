@@ -179,9 +179,36 @@ def test_a_split_shares_the_outgoing_weights_where_the_stage_has_no_blocks() -> 
     split, fresh = host.slots[0].seed, host.slots[1].seed
     consumer = host.net.stages[1].conv.weight
     assert torch.allclose(split.out.weight, consumer[:, split.sources] / 2)  # one copy per source: halves
+    assert torch.equal(split.share, split.out.weight) and fresh.share.abs().sum() == 0
     assert fresh.out.weight.abs().sum() == 0
     x = torch.randn(4, 3, 16, 16)
     host.eval()
     before = host(x, *_controls(0.0, "full"))
     after = host(x, *_controls(1.0, "full"))
     assert torch.allclose(before, after, rtol=0.05, atol=1e-3)  # the copies' noise is small
+
+
+@pytest.mark.parametrize("slot", [0, 2])  # into the next stage's conv; into the head
+def test_a_split_learns_as_the_joined_layer_would(slot: int) -> None:
+    # At alpha 1 the sources' effective outgoing weights (W - S) and the copies' (V) get the joined layer's
+    # gradients, so a step then a join equals a join then the same step (with d = V (e - h[sources]) the copies'
+    # outgoing weights would learn from e - h[sources] only, near zero at birth).
+    x, labels = torch.randn(8, 3, 16, 16), torch.randint(0, 5, (8,))
+    alphas, flags = _controls(1.0, "full")
+
+    def step(host: FamilyHost) -> None:
+        loss = torch.nn.functional.cross_entropy(host(x, alphas, flags), labels)
+        params = [p for p in host.parameters() if p.requires_grad]
+        for p, g in zip(params, torch.autograd.grad(loss, params), strict=True):
+            p.data.sub_(0.1 * g)
+
+    hosts = [_planted("widen_s", slot) for _ in range(2)]
+    for host in hosts:
+        host.eval()  # fixed norm statistics: the step then depends on the weights alone
+    before = hosts[0](x, alphas, flags)
+    step(hosts[0])
+    hosts[0].join(slot)
+    hosts[1].join(slot)
+    step(hosts[1])
+    moved = [host(x, alphas, flags) - before for host in hosts]  # one step moves the logits little: compare moves
+    assert (moved[0] - moved[1]).abs().max() < 1e-3 * moved[0].abs().max()
