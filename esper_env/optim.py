@@ -15,11 +15,19 @@ class NesterovSGD:
     Same update as ``torch.optim.SGD(nesterov=True, dampening=0)``; the difference is that the learning rate is
     read from ``lr[0]`` (host) and ``lr[1]`` (seeds) at run time, and that a seed's momentum buffers are dropped
     with :meth:`remove_group` when the seed is pruned.
+
+    Where a seed joins the host (:meth:`regroup`), the host's entries that came from it (or were freshly made
+    for it) keep learning ``joined_gain`` times faster than the host's own, their gradients scaled by that
+    factor: new weights that arrive late must catch up with a network that has trained for longer, and the
+    growth probes (``benchmarks/grow_cost.py``) found that doubling new entries' gradients for the rest of the
+    run narrows the gap to the same network trained static.
     """
 
-    def __init__(self, host_params: list[nn.Parameter], momentum: float, weight_decay: float) -> None:
-        self.momentum, self.weight_decay = momentum, weight_decay
+    def __init__(self, host_params: list[nn.Parameter], momentum: float, weight_decay: float,
+                 joined_gain: float = 1.0) -> None:
+        self.momentum, self.weight_decay, self.joined_gain = momentum, weight_decay, joined_gain
         self.host = (list(host_params), [torch.zeros_like(p) for p in host_params])
+        self.gains: dict[int, torch.Tensor] = {}  # id(host parameter) -> per-entry gradient gain, where not all 1
         self.seeds: dict[int, tuple[list[nn.Parameter], list[torch.Tensor]]] = {}
         self.fused = _fused_available(host_params[0].device)
 
@@ -50,8 +58,29 @@ class NesterovSGD:
                     out[piece.where] = old[id(piece.source)]
             return out
 
+        seeded = {id(p) for params, _ in self.seeds.values() for p in params}
+        gains = {id(p): gain for p in host_params if (gain := self._gain(p, seeded, assembly)) is not None}
         self.host = (list(host_params), [buffer(p) for p in host_params])
         self.seeds = {slot: (list(params), [buffer(p) for p in params]) for slot, params in seed_groups.items()}
+        self.gains = gains
+
+    def _gain(self, param: nn.Parameter, seeded: set[int],
+              assembly: Mapping[nn.Parameter, Sequence[Any]]) -> torch.Tensor | None:
+        """``param``'s per-entry gradient gain after a join: ``joined_gain`` where its values came from a seed or
+        are fresh, a host parameter's own gains where it copied one; None where every entry's gain is 1."""
+        if self.joined_gain == 1.0:
+            return None
+        if id(param) in self.gains or id(param) in seeded:
+            return self.gains.get(id(param), torch.full_like(param, self.joined_gain))
+        pieces = assembly.get(param, ())
+        gain = torch.ones_like(param)
+        for piece in pieces:
+            source = piece.source
+            if source is None or id(source) in seeded:
+                gain[piece.where] = self.joined_gain
+            elif id(source) in self.gains:
+                gain[piece.where] = self.gains[id(source)]
+        return gain if bool((gain != 1.0).any()) else None
 
     def _all(self) -> list[tuple[list[nn.Parameter], list[torch.Tensor]]]:
         return [self.host, *self.seeds.values()]
@@ -68,6 +97,9 @@ class NesterovSGD:
 
     @torch.no_grad()
     def step(self, lr: torch.Tensor) -> None:
+        boosted = [(p.grad, self.gains[id(p)]) for p in self.host[0] if id(p) in self.gains and p.grad is not None]
+        if boosted:
+            torch._foreach_mul_([g for g, _ in boosted], [gain for _, gain in boosted])
         self._update(*self.host, lr[0], self.weight_decay)
         seed_params = [p for params, _ in self.seeds.values() for p in params]
         seed_buffers = [b for _, buffers in self.seeds.values() for b in buffers]

@@ -105,7 +105,10 @@ class HostTrainer:
         self.model = model.to(self.device)
         if self.device.type == "cuda":
             self.model.to(memory_format=torch.channels_last)
-        self.optimizer = NesterovSGD(self.model.host_parameters(), self.cfg.momentum, self.cfg.weight_decay)
+        # On the growable host, what a seed brings keeps the seeds' learning rate after it joins (optim.py).
+        joined_gain = self.cfg.seed_lr / self.cfg.host_lr if self.cfg.host == "family" else 1.0
+        self.optimizer = NesterovSGD(self.model.host_parameters(), self.cfg.momentum, self.cfg.weight_decay,
+                                     joined_gain)
         self._snapshot = [t.detach().clone() for t in self._host_state()]
 
     def __setstate__(self, state: dict) -> None:

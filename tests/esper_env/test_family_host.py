@@ -212,3 +212,29 @@ def test_a_split_learns_as_the_joined_layer_would(slot: int) -> None:
     step(hosts[1])
     moved = [host(x, alphas, flags) - before for host in hosts]  # one step moves the logits little: compare moves
     assert (moved[0] - moved[1]).abs().max() < 1e-3 * moved[0].abs().max()
+
+
+def test_joined_entries_keep_learning_faster() -> None:
+    host = _host()
+    opt = NesterovSGD(host.host_parameters(), momentum=0.5, weight_decay=0.0, joined_gain=2.0)
+    torch.manual_seed(1)
+    opt.add_group(1, host.plant(1, INDEX["widen_s"], gated=False))
+    assembly = host.join(1)
+    opt.regroup(host.host_parameters(), {}, assembly)
+    torch.manual_seed(2)
+    opt.add_group(2, host.plant(2, INDEX["deepen"], gated=False))
+    assembly = host.join(2)
+    opt.regroup(host.host_parameters(), {}, assembly)  # the first join's gains survive a second one
+    before = {name: p.detach().clone() for name, p in host.named_parameters()}
+    for p in host.parameters():
+        p.grad = torch.ones_like(p)
+    opt.step(torch.tensor([0.1, 0.1]))
+    # a first Nesterov step from zero momentum moves lr x (1 + momentum) x the gradient
+    moved = {name: (before[name] - p.detach()) / (0.1 * 1.5) for name, p in host.named_parameters()}
+    rows = ARCH.widths[1]
+    conv, nxt = moved["net.stages.1.conv.weight"], moved["net.stages.2.conv.weight"]
+    assert torch.allclose(conv[:rows], torch.ones(())) and torch.allclose(conv[rows:], torch.full((), 2.0))
+    assert torch.allclose(nxt[:, :rows], torch.ones(())) and torch.allclose(nxt[:, rows:], torch.full((), 2.0))
+    assert torch.allclose(moved["net.stages.1.blocks.0.conv1.weight"][rows:], torch.full((), 2.0))  # fresh rows
+    assert torch.allclose(moved["net.stages.2.blocks.0.conv1.weight"], torch.full((), 2.0))  # a joined block
+    assert torch.allclose(moved["net.stages.0.conv.weight"], torch.ones(()))  # untouched by growth
