@@ -47,6 +47,9 @@ class EnvConfig:
     """Validation images used for reward and observation (a fixed subset); None = all 5k."""
     report_test_accuracy: bool = False
     """Measure the host on the official test set at episode end (``info["test_accuracy"]``)."""
+    test_flip: bool = False
+    """Score each test image by the mean of the logits of the image and of its horizontal mirror (flip
+    test-time augmentation) in ``info["test_accuracy"]``; validation, reward and observation never use it."""
     synthetic_train_size: int = 2048
     """Synthetic dataset: training images (count)."""
     synthetic_val_size: int = 512
@@ -91,16 +94,17 @@ class EnvConfig:
     eval_batch_size: int = 1000
     """Validation chunk (images); each chunk is stacked once per counterfactual configuration."""
     host_lr: float = 0.6
-    """Peak learning rate of the host (cosine-annealed over the episode, per epoch); the best of 0.05..0.6
+    """Peak learning rate of the host (over the episode as ``lr_schedule`` says); the best of 0.05..0.6
     measured host-alone on CIFAR-10 (``benchmarks/results/host_alone-*.json``)."""
     seed_lr: float = 0.1
-    """Peak learning rate of every seed (same cosine schedule); not tuned yet."""
+    """Peak learning rate of every seed (same schedule as the host's); not tuned yet."""
     momentum: float = 0.9
     """SGD momentum (Nesterov) for host and seeds."""
     lr_schedule: str = "cosine"
-    """Learning rates over the episode, set per epoch: ``"cosine"`` (annealed from the peak to 0) or ``"wsd"``
-    (warm-up, stable, decay: the first epoch at half the peak, the peak, then linear decay to 0 over the last
-    30% of the epochs; a module grown while the rate is stable loses no high-rate time by arriving late)."""
+    """Learning rates over the episode (``esper_env.schedule``): ``"cosine"`` (annealed from the peak to 0, set
+    per epoch) or ``"wsd"`` (warm-up, stable, decay, set per batch: a linear warm-up over the first epoch, the
+    peak, then a linear decay to 0 at the last batch over the last 30% of the batches; a module grown while the
+    rate is stable loses no high-rate time by arriving late)."""
     label_smoothing: float = 0.0
     """Label smoothing of the training loss (fraction of the target spread over all classes)."""
     crop_pad: int = 4

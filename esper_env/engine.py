@@ -48,7 +48,8 @@ ISSUE_CHUNK = 8
 class EpochControl:
     """What one sub-env's next epoch needs from the rules: slot controls, learning rates, fault injection."""
 
-    controls: list[float]  # alpha, straight-through and upstream flag per slot (``training.slot_controls``), lrs
+    controls: list[float]  # alpha, straight-through and upstream flag per slot (``training.slot_controls``)
+    learning_rates: np.ndarray  # (batches per epoch, 2): host and seed lr at each step (``esper_env.schedule``)
     fault: str | None = None  # testing aid: see ``EsperVectorEnv.inject_fault``
 
 
@@ -188,7 +189,8 @@ class Engine:
         for i in active:
             with self.on_stream(i, join=True):
                 self._refresh_graphs(i)
-                self.trainers[i].begin_epoch(controls[i].controls, controls[i].fault)
+                control = controls[i]
+                self.trainers[i].begin_epoch(control.controls, control.learning_rates, control.fault)
         batches = self.trainers[0].batches_per_epoch
         for first in range(0, batches, ISSUE_CHUNK):
             for i in active:

@@ -4,7 +4,8 @@ The per-batch :meth:`HostTrainer.train_step` and the validation pass :meth:`Host
 tensor code with fixed shapes, no host syncs and no Python branching on tensor values, so the engine can run
 them eagerly or capture them as CUDA graphs unchanged. Everything that varies between replays lives in device
 tensors the graphs read: the batch counter, the epoch's prepared images, alpha and the slot flags and the
-learning rates. Streams, graphs and the host sync belong to ``engine``, not here.
+epoch's table of per-step learning rates (``esper_env.schedule``), whose row each step picks by the counter.
+Streams, graphs and the host sync belong to ``engine``, not here.
 
 Per epoch, :meth:`HostTrainer.begin_epoch` draws the sub-env's permutation and augmentation and prepares the
 whole epoch's batches in a few large kernels (gather, crop and flip, normalise, reduce to the episode's
@@ -85,11 +86,12 @@ class HostTrainer:
         self.layout = MetricLayout(cfg.num_slots)
         self.dtype = amp or torch.float32
         self._install(build_host(cfg, dataset.spec))
-        n = cfg.num_slots
-        # alpha per slot, straight-through flag per slot, upstream flag per slot, host lr, seed lr
-        self.control = torch.zeros(3 * n + 2, device=self.device)
-        self.control_staging = torch.zeros(3 * n + 2, pin_memory=self.device.type == "cuda")
-        self.lr = self.control[3 * n:]
+        n, batches = cfg.num_slots, self.batches_per_epoch
+        # alpha per slot, straight-through flag per slot, upstream flag per slot, then host and seed lr per batch:
+        # one buffer, so that an epoch's controls go up in one copy
+        self.control = torch.zeros(3 * n + 2 * batches, device=self.device)
+        self.control_staging = torch.zeros(3 * n + 2 * batches, pin_memory=self.device.type == "cuda")
+        self.lr = self.control[3 * n:].view(batches, 2)
         # The slot controls again in the compute dtype, converted once per epoch, not once per use.
         self.slot_control = torch.zeros(3 * n, dtype=self.dtype, device=self.device)
         self.alpha, self.flags = self.slot_control[:n], self.slot_control[n:].view(2, n)
@@ -134,10 +136,11 @@ class HostTrainer:
         self.epoch_labels = torch.empty(nb, b, dtype=torch.long, device=self.device)
         self.counter = torch.zeros(1, dtype=torch.long, device=self.device)
 
-    def begin_epoch(self, controls: list[float], fault: str | None = None) -> None:
+    def begin_epoch(self, controls: list[float], learning_rates: np.ndarray, fault: str | None = None) -> None:
         """Draw and prepare this epoch's batches, upload the control values, zero the metrics.
 
-        ``controls``: alpha, straight-through and upstream flags (one per slot each), then host and seed lr.
+        ``controls``: alpha, straight-through and upstream flags (one per slot each). ``learning_rates``: the host's
+        and the seeds' learning rate at each training step of the epoch, ``(batches_per_epoch, 2)``.
         ``fault`` (testing aid, see ``EsperVectorEnv.inject_fault``) breaks this epoch on purpose.
         """
         flat_images = self.epoch_images.view(-1, *self.epoch_images.shape[2:])
@@ -154,9 +157,14 @@ class HostTrainer:
         self.counter.zero_()
         self.metrics.zero_()
         # Staged through pinned memory so that the upload does not make the host wait for the device.
-        self.control_staging.copy_(torch.tensor(controls, dtype=torch.float32))
+        slots = self.slot_control.shape[0]
+        if learning_rates.shape != self.lr.shape:
+            raise ValueError(f"learning_rates of shape {learning_rates.shape}; expected {tuple(self.lr.shape)}: "
+                             "the host's and the seeds' rate at each batch of the epoch")
+        self.control_staging[:slots].copy_(torch.tensor(controls, dtype=torch.float32))
+        self.control_staging[slots:].view(self.lr.shape).copy_(torch.from_numpy(learning_rates))
         self.control.copy_(self.control_staging, non_blocking=True)
-        self.slot_control.copy_(self.control[: self.slot_control.shape[0]])
+        self.slot_control.copy_(self.control[:slots])
         if fault is not None:
             self._inject(fault)
 
@@ -170,7 +178,7 @@ class HostTrainer:
         loss = F.cross_entropy(logits.float(), labels, label_smoothing=self.cfg.label_smoothing)
         self.optimizer.zero_grad()
         loss.backward()
-        self.optimizer.step(self.lr)
+        self.optimizer.step(self.lr.index_select(0, self.counter)[0])  # this batch's host and seed lr
         correct = (logits.argmax(1) == labels).sum()
         self.metrics[self.layout.train].add_(torch.stack([loss.detach(), correct.float()]))
         self.counter.add_(1)
@@ -213,15 +221,20 @@ class HostTrainer:
 
     @torch.no_grad()
     def evaluate_test(self) -> None:
+        """Loss and accuracy of the full model on the test images; with ``cfg.test_flip``, of the mean of the
+        logits of each image and of its mirror image (flip test-time augmentation)."""
         out = self.metrics[self.layout.test].view(1, 2)
         out.zero_()
         data = self.episode_data
-        self._measure(data.test_images, self.data.test_y, data.test_weight, self.alpha, out)
+        self._measure(data.test_images, self.data.test_y, data.test_weight, self.alpha, out, self.cfg.test_flip)
 
     def _measure(self, images: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor | None,
-                 alphas: torch.Tensor, out: torch.Tensor) -> None:
+                 alphas: torch.Tensor, out: torch.Tensor, flip: bool = False) -> None:
         """Add each configuration's summed loss and correct predictions over ``images`` to ``out``; with
-        ``weights`` (0/1 per image), over the images of weight 1 only, at the same shapes."""
+        ``weights`` (0/1 per image), over the images of weight 1 only, at the same shapes. With ``flip``, each
+        image is scored by the mean of its logits and those of its horizontal mirror: averaged logits (as the
+        fast CIFAR recipes do) rather than probabilities, so that the loss stays one cross-entropy of one logit
+        vector per image."""
         self.model.eval()
         configs, chunk = (alphas.shape[1] if alphas.dim() == 2 else 1), self.cfg.eval_batch_size
         skip = tuple(not b for b in self.blended)  # incubating seeds output exactly h: no need to run them
@@ -231,6 +244,8 @@ class HostTrainer:
             y = labels[start:start + chunk].repeat(configs)
             with self._autocast():
                 logits = self.model(x, alphas, self.flags, skip).float()
+                if flip:  # the NCHW view's width axis (the NHWC storage's axis 2)
+                    logits = 0.5 * (logits + self.model(x.flip(3), alphas, self.flags, skip).float())
             loss = F.cross_entropy(logits, y, reduction="none")
             correct = logits.argmax(1) == y
             if weights is not None:
@@ -345,21 +360,3 @@ def slot_controls(modes: tuple[ForwardMode, ...], alphas: tuple[float, ...]) -> 
     blending = [a if m in (ForwardMode.BLEND, ForwardMode.FULL) else 0.0 for m, a in zip(modes, alphas, strict=True)]
     flags = [mode_flags(m) for m in modes]
     return blending + [f[0] for f in flags] + [f[1] for f in flags]
-
-
-WSD_DECAY = 0.3  # the "wsd" schedule decays over this fraction of the episode's epochs
-
-
-def schedule_factor(cfg: EnvConfig, epoch: int) -> float:
-    """The learning rates' fraction of their peak for ``epoch`` (``cfg.lr_schedule``; constant within an epoch).
-
-    ``"wsd"``: the first epoch at half the peak (the mean of a linear warm-up over it), the peak, then a linear
-    decay to 0 over the last ``WSD_DECAY`` of the epochs, each epoch at the decay's value at its middle."""
-    if cfg.lr_schedule == "cosine":
-        return 0.5 * (1.0 + math.cos(math.pi * epoch / cfg.max_epochs))
-    decay_start = max(1, round(cfg.max_epochs * (1.0 - WSD_DECAY)))
-    if epoch == 0:
-        return 0.5
-    if epoch < decay_start:
-        return 1.0
-    return (cfg.max_epochs - epoch - 0.5) / (cfg.max_epochs - decay_start)

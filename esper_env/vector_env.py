@@ -40,8 +40,9 @@ from esper_env.lifecycle import BLEND_CURVES, ForwardMode, slot_mode
 from esper_env.observation import observe
 from esper_env.render import RENDER_METADATA, Renderer, split_vector_info
 from esper_env.rewards import RewardInputs, potential, step_reward
+from esper_env.schedule import step_factors
 from esper_env.seeds import param_table
-from esper_env.training import schedule_factor, slot_controls
+from esper_env.training import slot_controls
 
 FAULTS = ("nan_loss", "exploding_loss", "nan_parameters")
 
@@ -258,11 +259,11 @@ class EsperVectorEnv(VectorEnv):
     def _epoch_control(self, i: int) -> EpochControl:
         ep, cfg = self._episodes[i], self.config
         fault = self._faults.pop(i, None)
-        schedule = schedule_factor(cfg, ep.epoch)
+        batches = self._engine.trainers[i].batches_per_epoch
+        factors = step_factors(cfg.lr_schedule, cfg.max_epochs, ep.epoch, batches)
         modes = tuple(slot_mode(s) for s in ep.slots)
         controls = slot_controls(modes, tuple(s.alpha for s in ep.slots))
-        return EpochControl(controls + [cfg.host_lr * schedule, cfg.seed_lr * schedule],
-                            fault=fault)
+        return EpochControl(controls, np.outer(factors, (cfg.host_lr, cfg.seed_lr)), fault=fault)
 
     def _finish_step(self, i: int, record: StepRecord, m: Measurement) -> None:
         ep, cfg = self._episodes[i], self.config

@@ -286,7 +286,8 @@ OUT_OF_RANGE: dict[str, st.SearchStrategy] = {
                                                                                       max_size=2),
 }
 """A value of the right type but out of range, per field (the ranges the field docstrings and DESIGN give)."""
-ANY_VALUE_OK = {"data_dir", "download", "report_test_accuracy", "auto_advance", "one_seed_incubating"}
+ANY_VALUE_OK = {"data_dir", "download", "report_test_accuracy", "test_flip", "auto_advance",
+                "one_seed_incubating"}
 FIELDS = {f.name: str(f.type).replace(" ", "") for f in dataclasses.fields(EnvConfig)}
 # gym.make's own: its parameters, and render_mode, which it reads from its **kwargs before the env sees them
 MAKE_PARAMETERS = set(inspect.signature(gym.make).parameters) | {"render_mode"}

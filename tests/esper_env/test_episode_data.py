@@ -33,7 +33,7 @@ def _epoch(trainer: HostTrainer) -> tuple[torch.Tensor, torch.Tensor]:
     replay = torch.Generator().set_state(trainer.generator.get_state())
     count = trainer.epoch_labels.numel()
     rows, _ = trainer.episode_data.epoch_rows(trainer.perm.clone(), count, replay)
-    trainer.begin_epoch([0.0] * (3 * trainer.cfg.num_slots) + [0.1, 0.1])
+    trainer.begin_epoch([0.0] * (3 * trainer.cfg.num_slots), np.full((trainer.batches_per_epoch, 2), 0.1))
     return rows, trainer.epoch_labels.flatten()
 
 
