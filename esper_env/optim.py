@@ -27,7 +27,7 @@ class NesterovSGD:
                  joined_gain: float = 1.0) -> None:
         self.momentum, self.weight_decay, self.joined_gain = momentum, weight_decay, joined_gain
         self.host = (list(host_params), [torch.zeros_like(p) for p in host_params])
-        self.gains: dict[int, torch.Tensor] = {}  # id(host parameter) -> per-entry gradient gain, where not all 1
+        self.gains: list[torch.Tensor | None] = [None] * len(self.host[0])  # per host parameter; None: all 1
         self.seeds: dict[int, tuple[list[nn.Parameter], list[torch.Tensor]]] = {}
         self.fused = _fused_available(host_params[0].device)
 
@@ -59,27 +59,26 @@ class NesterovSGD:
             return out
 
         seeded = {id(p) for params, _ in self.seeds.values() for p in params}
-        gains = {id(p): gain for p in host_params if (gain := self._gain(p, seeded, assembly)) is not None}
+        gains = {id(p): g for p, g in zip(self.host[0], self.gains, strict=True) if g is not None}
+        self.gains = [self._gain(p, seeded, gains, assembly) for p in host_params]
         self.host = (list(host_params), [buffer(p) for p in host_params])
         self.seeds = {slot: (list(params), [buffer(p) for p in params]) for slot, params in seed_groups.items()}
-        self.gains = gains
 
-    def _gain(self, param: nn.Parameter, seeded: set[int],
+    def _gain(self, param: nn.Parameter, seeded: set[int], gains: dict[int, torch.Tensor],
               assembly: Mapping[nn.Parameter, Sequence[Any]]) -> torch.Tensor | None:
         """``param``'s per-entry gradient gain after a join: ``joined_gain`` where its values came from a seed or
-        are fresh, a host parameter's own gains where it copied one; None where every entry's gain is 1."""
+        are fresh, the old host parameter's gains (``gains``, by id) where it copied one; None where all are 1."""
         if self.joined_gain == 1.0:
             return None
-        if id(param) in self.gains or id(param) in seeded:
-            return self.gains.get(id(param), torch.full_like(param, self.joined_gain))
-        pieces = assembly.get(param, ())
+        if id(param) in gains or id(param) in seeded:
+            return gains.get(id(param), torch.full_like(param, self.joined_gain))
         gain = torch.ones_like(param)
-        for piece in pieces:
+        for piece in assembly.get(param, ()):
             source = piece.source
             if source is None or id(source) in seeded:
                 gain[piece.where] = self.joined_gain
-            elif id(source) in self.gains:
-                gain[piece.where] = self.gains[id(source)]
+            elif id(source) in gains:
+                gain[piece.where] = gains[id(source)]
         return gain if bool((gain != 1.0).any()) else None
 
     def _all(self) -> list[tuple[list[nn.Parameter], list[torch.Tensor]]]:
@@ -97,7 +96,8 @@ class NesterovSGD:
 
     @torch.no_grad()
     def step(self, lr: torch.Tensor) -> None:
-        boosted = [(p.grad, self.gains[id(p)]) for p in self.host[0] if id(p) in self.gains and p.grad is not None]
+        boosted = [(p.grad, g) for p, g in zip(self.host[0], self.gains, strict=True)
+                   if g is not None and p.grad is not None]
         if boosted:
             torch._foreach_mul_([g for g, _ in boosted], [gain for _, gain in boosted])
         self._update(*self.host, lr[0], self.weight_decay)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -225,6 +227,7 @@ def test_joined_entries_keep_learning_faster() -> None:
     opt.add_group(2, host.plant(2, INDEX["deepen"], gated=False))
     assembly = host.join(2)
     opt.regroup(host.host_parameters(), {}, assembly)  # the first join's gains survive a second one
+    host, opt = copy.deepcopy((host, opt))  # as pickling does: new tensors, new ids
     before = {name: p.detach().clone() for name, p in host.named_parameters()}
     for p in host.parameters():
         p.grad = torch.ones_like(p)
