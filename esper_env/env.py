@@ -185,11 +185,11 @@ class EsperEnv(gym.Env):
     ``esper_env.FAMILY_TASK``: ``host="family"``, ``condition="mixture"``, ``max_epochs=20``,
     ``lr_schedule="wsd"``, ``host_lr=0.2``, ``seed_lr=0.4``, ``label_smoothing=0.2``, ``crop_pad=2``,
     ``param_penalty=0.0``, ``flops_price=0.02``, ``params_price=0.01``, ``min_training_epochs=1``,
-    ``one_seed_incubating=False``; ``Esper-CIFAR10-Fast-v0`` also sets ``train_images_per_epoch=10000`` and
-    ``val_images=2000``. ``gym.make(id, **esper_env.SMALL_TASK)`` gives a CIFAR-10 id back the small-host task.
-    ``Esper-Synthetic-v0`` keeps the small host; ``host="family"`` works on it too. The family host refuses
-    ``param_budget`` (``params_price`` prices its size); the small host refuses a nonzero ``flops_price`` or
-    ``params_price``.
+    ``one_seed_incubating=False``, ``test_flip=True``; ``Esper-CIFAR10-Fast-v0`` also sets
+    ``train_images_per_epoch=10000`` and ``val_images=2000``. ``gym.make(id, **esper_env.SMALL_TASK)`` gives a
+    CIFAR-10 id back the small-host task. ``Esper-Synthetic-v0`` keeps the small host; ``host="family"`` works on
+    it too. The family host refuses ``param_budget`` (``params_price`` prices its size); the small host refuses a
+    nonzero ``flops_price`` or ``params_price``.
 
     ``condition`` fixes the episode's hidden training condition to one of ``esper_env.conditions.CONDITIONS`` (a
     pool of distinct training images, label noise on it, classes in play, reduced resolution; every epoch
