@@ -10,15 +10,19 @@ condition from ``seeds[i]`` alone (``esper_env.vector_env``), so a seed's episod
 on which seeds share its vector env; the random arm keeps one generator per sub-env, seeded with the reset seed.
 
     python -m benchmarks.screen --env Esper-CIFAR10-v0 --set NAME --conditions full pool15k pool5k \\
-        --seeds 0 1 2 3 4 --out slice.jsonl [--shard 0/4] [--env-kwargs JSON]
+        --seeds 0 1 2 3 4 --out slice.jsonl [--no-mixture] [--shard 0/4] [--env-kwargs JSON]
     python -m benchmarks.screen --report benchmarks/results/screen/Esper-CIFAR10-v0   # benchmarks.screen_report
 
 Every arm plays under each ``--conditions`` name (the env kwarg ``condition=<name>``) and under the mixture
 (``condition="mixture"``; given no conditions, the screen passes no condition kwarg and labels the run
-``mixture``); a line records the condition the env reports in ``info["condition"]``. Jobs are (arm, condition,
-seed) triples; ``--shard i/n`` takes every n-th, so several processes can share a GPU, and a process plays the
-seeds of one (arm, condition) it holds as the sub-envs of one vector env. A job already in ``--out`` (same env,
-arm, condition and seed) is skipped, so a run cut short continues where it stopped.
+``mixture``); ``--no-mixture`` leaves the mixture out. A line records the condition the env reports in
+``info["condition"]`` and the validation accuracy after every step (``val_curve``, the report's noise estimate).
+
+Work comes in groups, one per (arm, condition): all the seeds of a group play as the sub-envs of one vector env,
+so the GPU runs wide batches. ``--shard i/n`` deals the groups to ``n`` processes by estimated cost
+(``benchmarks.screen_shards``), the same way for the same arms, conditions and seeds, so several processes
+share the GPUs evenly. A job already in ``--out`` (same env, arm, condition and seed) is skipped, so a run cut
+short continues where it stopped when given the same arguments.
 """
 
 from __future__ import annotations
@@ -29,14 +33,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from benchmarks import screen_report
 from benchmarks.common import device_name, run_stamp
 from benchmarks.screen_arms import ARM_SETS, SEEDLING_ARM, Arm, PlanStep, arm_set, blueprint_index, plan_step
-from benchmarks.screen_report import MIXTURE
+from benchmarks.screen_shards import arm_costs, played_conditions, shard_jobs
 from esper_agent.baselines import Actor, RandomValidActor, StaticActor
 from esper_agent.distributions import ActionMasks
 from esper_agent.envs import VectorEnvDriver
@@ -145,12 +149,14 @@ def _at(info: Mapping[str, Any], key: str, i: int) -> Any:
 
 @dataclass
 class EpisodeLog:
-    """What one sub-env's first episode did: its return and the ops it executed (WAITs left out)."""
+    """What one sub-env's first episode did: its return, the ops it executed (WAITs left out) and the validation
+    accuracy after each step."""
 
     reward: float = 0.0
     length: int = 0
     invalid: int = 0
     ops: list[list[Any]] = field(default_factory=list)  # [step, op name, slot, blueprint name or None]
+    val_curve: list[float | None] = field(default_factory=list)  # fraction; None where the step measured none
     names: tuple[str, ...] = tuple(b.name for b in BLUEPRINTS)  # the host's catalogue, in head order
 
     def add(self, reward: float, info: Mapping[str, Any], i: int, action: np.ndarray) -> None:
@@ -159,6 +165,8 @@ class EpisodeLog:
             planted = self.names[int(action[Head.BLUEPRINT])] if op == Op.GERMINATE else None
             self.ops.append([self.length, Op(op).name.lower(), _at(info, "executed_slot", i), planted])
         self.invalid += bool(_at(info, "invalid_action", i))
+        val = _at(info, "val_accuracy", i)
+        self.val_curve.append(float(val) if val is not None and np.isfinite(val) else None)
         self.reward += reward
         self.length += 1
 
@@ -169,7 +177,7 @@ class EpisodeLog:
                 "return": self.reward, "return_points": 100 * self.reward, "episode_length": self.length,
                 **{key: _at(info, key, i) for key in ("val_accuracy", "test_accuracy", "params", "train_flops",
                                                       "seed_params", "rollback")},
-                "invalid_actions": self.invalid, "ops": self.ops}
+                "invalid_actions": self.invalid, "ops": self.ops, "val_curve": self.val_curve}
 
 
 def play(driver: VectorEnvDriver, actor: Actor, seeds: Sequence[int]) -> list[dict[str, Any]]:
@@ -195,12 +203,6 @@ def play(driver: VectorEnvDriver, actor: Actor, seeds: Sequence[int]) -> list[di
     return records  # type: ignore[return-value]  # every entry was filled above
 
 
-class Job(NamedTuple):
-    arm: Arm
-    condition: str  # a catalogue condition's name, or MIXTURE (the env draws one per episode)
-    seed: int
-
-
 def job_kwargs(base: Mapping[str, Any], arm: Arm, condition: str | None) -> dict[str, Any]:
     """The env kwargs of one job: test accuracy reported, then ``base``, the arm's overrides, and ``condition``
     (``"mixture"`` included) unless it is None: a screen given no conditions passes no condition kwarg."""
@@ -209,16 +211,6 @@ def job_kwargs(base: Mapping[str, Any], arm: Arm, condition: str | None) -> dict
         raise ValueError(f"autoreset_mode={kwargs['autoreset_mode']!r}; the screen reads the final step's info "
                          "under the default 'NextStep'")
     return kwargs if condition is None else {**kwargs, "condition": condition}
-
-
-def shard_jobs(arms: Sequence[Arm], conditions: Sequence[str], seeds: Sequence[int], shard: str) -> list[Job]:
-    """Every ``n``-th (arm, condition, seed) job from the ``i``-th, for ``shard`` = ``"i/n"``; conditions are
-    the given ones, then the mixture."""
-    index, _, count = shard.partition("/")
-    if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
-        raise ValueError(f"--shard {shard!r}; expected i/n with 0 <= i < n")
-    todo = [Job(arm, c, s) for arm in arms for c in dict.fromkeys([*conditions, MIXTURE]) for s in seeds]
-    return todo[int(index) :: int(count)]
 
 
 def finished_jobs(out: Path, env_id: str) -> set[tuple[str, str, int]]:
@@ -251,17 +243,32 @@ def run_group(env_id: str, kwargs: dict[str, Any], arm: Arm, condition: str, see
             for seed, record in zip(seeds, records, strict=True)]
 
 
-def run(args: argparse.Namespace) -> int:
-    """Play this shard's jobs not yet in ``--out``, grouped by (arm, condition); returns the episodes played."""
+def to_play(args: argparse.Namespace) -> dict[tuple[str, str], tuple[Arm, list[int]]]:
+    """This shard's (arm, condition) groups with the seeds ``--out`` does not hold yet, in play order."""
     every = arm_set(args.set)
     arms = [arm for arm in every if not args.arms or arm.name in args.arms]
     if unknown := set(args.arms or ()) - {arm.name for arm in every}:
         raise SystemExit(f"--arms {sorted(unknown)} are not in set {args.set!r}")
+    try:
+        conditions = played_conditions(args.conditions, not args.no_mixture)
+    except ValueError as error:
+        raise SystemExit(str(error)) from error
+    costs = arm_costs(arms, args.env, args.env_kwargs)
+    jobs = shard_jobs(arms, conditions, args.seeds, args.shard, costs)
     done = finished_jobs(args.out, args.env)
     groups: dict[tuple[str, str], tuple[Arm, list[int]]] = {}
-    for job in shard_jobs(arms, args.conditions, args.seeds, args.shard):
+    for job in jobs:
         if (job.arm.name, job.condition, job.seed) not in done:
             groups.setdefault((job.arm.name, job.condition), (job.arm, []))[1].append(job.seed)
+    total = sum(costs[arm.name] for arm in arms) * len(conditions) * len(args.seeds)
+    print(f"shard {args.shard}: {len(jobs)} episodes, estimated cost {sum(costs[j.arm.name] for j in jobs):.1f} "
+          f"of {total:.1f}; {sum(len(seeds) for _, seeds in groups.values())} still to play", flush=True)
+    return groups
+
+
+def run(args: argparse.Namespace) -> int:
+    """Play this shard's jobs not yet in ``--out``, grouped by (arm, condition); returns the episodes played."""
+    groups = to_play(args)
     played = 0
     for (name, condition), (arm, seeds) in groups.items():
         kwargs = job_kwargs(args.env_kwargs, arm, condition if args.conditions else None)
@@ -284,9 +291,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", default=next(iter(ARM_SETS)), choices=sorted(ARM_SETS), help="arm set")
     p.add_argument("--arms", nargs="*", help="arm names of the set to play (default: all)")
     p.add_argument("--conditions", nargs="*", default=[], help="condition names, each passed as the env kwarg "
-                   "condition=<name>; the mixture is played too (module docstring)")
+                   "condition=<name>; the mixture is played too unless --no-mixture (module docstring)")
+    p.add_argument("--no-mixture", action="store_true", help="play only the --conditions, not the mixture")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4], help="reset seeds, shared by every arm")
-    p.add_argument("--shard", default="0/1", help="i/n: play every n-th (arm, condition, seed) job from the i-th")
+    p.add_argument("--shard", default="0/1", help="i/n: play the i-th of n shares of the (arm, condition) groups, "
+                   "dealt by estimated cost")
     p.add_argument("--env-kwargs", type=json.loads, default={}, help="JSON env kwargs under every arm's own")
     p.add_argument("--out", type=Path, help="JSON-lines slice to append one line per episode to")
     return p

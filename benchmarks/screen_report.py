@@ -17,8 +17,16 @@ sides ran, with a Student-t 95% CI (:func:`esper_agent.report.mean_ci95`). The f
    condition's plan with the best mean return, the best single plan has the best mean return over the
    conditions (each weighing the same), and the gap oracle − best single is averaged over conditions per seed
    (the seeds every plan ran on every condition): holds when it is at least 1.5 points with the CI above 0.
-   The heuristic's mean return over the same conditions and its rank among the fixed plans are reported;
+   The mixture draws its conditions uniformly (``esper_env.conditions``), so equal weights make this the
+   mixture's mean return when every catalogue condition was played (``covers_mixture``); the drawn-mixture runs
+   are not used, since a few drawn episodes per condition could not pick a condition's best plan. The heuristic's
+   mean return over the same conditions, its rank among the fixed plans and its paired gaps to the best single
+   plan and to the oracle are reported;
 4. the largest seed-to-seed SD of test accuracy of a fixed plan on ``full``: holds when at most 0.4 points.
+
+Beside the criteria, ``criteria.json`` carries ``val_noise``: the noise of one step's validation accuracy in
+WAIT-only episodes (the static arms), per condition (:func:`val_noise`), which a controller reading the curves
+has to see through.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from typing import Any
 
 from benchmarks.screen_arms import SEEDLING_ARM
 from esper_agent.report import mean_ci95
+from esper_env.conditions import CONDITIONS
 
 MIXTURE = "mixture"  # the condition label of runs that let the env draw the condition
 FULL = "full"  # the full-data, no-noise condition
@@ -207,7 +216,11 @@ def criterion_2(runs: Runs) -> dict[str, Any]:
 def criterion_3(runs: Runs) -> dict[str, Any]:
     """Per-condition oracle minus the best single fixed plan, mean return over the conditions, paired by seed."""
     conditions = sorted({c for _, c in runs if c != MIXTURE})
-    facts: dict[str, Any] = {"threshold": 1.5, "conditions": conditions}
+    catalogue = [c.name for c in CONDITIONS]
+    facts: dict[str, Any] = {"threshold": 1.5, "conditions": conditions, "rows": "per-condition runs (every "
+                             f"condition but {MIXTURE!r}), each condition weighing the same; drawn-mixture runs "
+                             "not used", "covers_mixture": set(catalogue) <= set(conditions),
+                             "mixture_conditions": catalogue}
     plans = sorted({arm for arm, c in runs if _first(runs, arm, c)["kind"] in FIXED_KINDS
                     and all((arm, d) in runs for d in conditions)})
     if len(conditions) < 2:  # with one condition the oracle is the best single plan by definition
@@ -231,23 +244,28 @@ def criterion_3(runs: Runs) -> dict[str, Any]:
     means = {p: mean_return(p, conditions) for p in plans}
     facts |= {"seeds": seeds, "best_single": best, "oracle": oracle, "mean_return": means,
               "oracle_mean_return": statistics.fmean(mean_return(oracle[c], [c]) for c in conditions),
-              "heuristic": _heuristic_place(runs, conditions, seeds, means, best)}
+              "heuristic": _heuristic_place(runs, seeds, means, best, oracle)}
     return {"value": gap, "ci95": ci, "holds": _holds_above(gap, ci, 1.5), **facts}
 
 
-def _heuristic_place(runs: Runs, conditions: Sequence[str], seeds: Sequence[int], means: dict[str, float],
-                     best: str) -> dict[str, Any] | None:
-    """The heuristic's mean return over ``conditions`` on ``seeds``, its rank among the fixed plans (1 = best)
-    and its paired gap to the best single plan; None without a heuristic run on every condition and seed."""
+def _heuristic_place(runs: Runs, seeds: Sequence[int], means: dict[str, float], best: str,
+                     oracle: dict[str, str]) -> dict[str, Any] | None:
+    """The heuristic's mean return over the oracle's conditions on ``seeds``, its rank among the fixed plans
+    (1 = best) and its paired gaps to the best single plan and to the oracle; None without a heuristic run on
+    every condition and seed."""
     arm = next((a for a, c in runs if _first(runs, a, c)["kind"] == "heuristic"), None)
-    if arm is None or not all((arm, c) in runs and set(seeds) <= set(runs[(arm, c)]) for c in conditions):
+    if arm is None or not all((arm, c) in runs and set(seeds) <= set(runs[(arm, c)]) for c in oracle):
         return None
-    per_seed = [statistics.fmean(points(runs[(arm, c)][s], "return") - points(runs[(best, c)][s], "return")
-                                 for c in conditions) for s in seeds]
-    mean = statistics.fmean(points(runs[(arm, c)][s], "return") for c in conditions for s in seeds)
-    gap, ci = mean_ci95(per_seed)
+
+    def gap(choice: dict[str, str]) -> tuple[float, float]:
+        return mean_ci95([statistics.fmean(points(runs[(arm, c)][s], "return") - points(runs[(p, c)][s], "return")
+                                           for c, p in choice.items()) for s in seeds])
+
+    mean = statistics.fmean(points(runs[(arm, c)][s], "return") for c in oracle for s in seeds)
+    (single, single_ci), (to_oracle, oracle_ci) = gap(dict.fromkeys(oracle, best)), gap(oracle)
     return {"arm": arm, "mean_return": mean, "rank": 1 + sum(m > mean for m in means.values()),
-            "of": len(means) + 1, "minus_best_single": gap, "minus_best_single_ci95": ci}
+            "of": len(means) + 1, "minus_best_single": single, "minus_best_single_ci95": single_ci,
+            "minus_oracle": to_oracle, "minus_oracle_ci95": oracle_ci}
 
 
 def criterion_4(runs: Runs) -> dict[str, Any]:
@@ -260,6 +278,48 @@ def criterion_4(runs: Runs) -> dict[str, Any]:
         return _missing("no fixed plan with two seeds on 'full'", **facts)
     worst = max(sds, key=lambda arm: sds[arm])
     return {"value": sds[worst], "ci95": None, "holds": sds[worst] <= 0.4, "arm": worst, **facts}
+
+
+def step_residuals(curve: Sequence[float | None]) -> list[float] | None:
+    """``v[t] − (v[t−1] + v[t+1]) / 2`` in points for ``t`` over the second half of ``curve`` (from ``⌈L/2⌉`` to
+    ``L − 2``), where a training curve bends slowly enough to be nearly straight over three steps; None when a
+    value there is missing or fewer than two residuals remain."""
+    first, end = max(1, (len(curve) + 1) // 2), len(curve) - 1
+    values = curve[first - 1 :]
+    if end - first < 2 or any(v is None for v in values):
+        return None
+    v = [100 * float(x) for x in values]  # type: ignore[arg-type]  # None ruled out above
+    return [v[k] - (v[k - 1] + v[k + 1]) / 2 for k in range(1, len(v) - 1)]
+
+
+def step_noise(episodes: Sequence[Sequence[float]]) -> float:
+    """The SD of one step's independent noise, from episodes' :func:`step_residuals`, each around its own mean.
+
+    With noise of SD σ on a straight curve a residual has variance 1.5 σ², its neighbours covary by −σ² and
+    those two apart by σ²/4, so ``n`` residuals scatter about their mean by σ² (1.5 n − 1/n) in expectation: the
+    estimate divides the pooled squares by that. Each episode's mean absorbs the steady bend of its curve."""
+    squares = sum(sum((r - statistics.fmean(res)) ** 2 for r in res) for res in episodes)
+    return math.sqrt(squares / sum(1.5 * len(res) - 1 / len(res) for res in episodes))
+
+
+def val_noise(runs: Runs) -> dict[str, Any]:
+    """One step's validation noise in points (:func:`step_noise`) per condition and pooled, over the static arms'
+    episodes (WAIT only) that carry a ``val_curve`` and did not roll back."""
+    found: dict[str, list[tuple[str, list[float]]]] = {}
+    for arm, condition in ordered(runs):
+        for row in runs[(arm, condition)].values():
+            res = step_residuals(row.get("val_curve") or []) if row["kind"] == "static" else None
+            if res is not None and not row.get("rollback"):
+                found.setdefault(condition, []).append((arm, res))
+
+    def block(episodes: list[tuple[str, list[float]]]) -> dict[str, Any]:
+        return {"sd_points": step_noise([res for _, res in episodes]), "episodes": len(episodes),
+                "arms": sorted({arm for arm, _ in episodes})}
+
+    every = [episode for episodes in found.values() for episode in episodes]
+    return {"what": "SD of one step's validation accuracy, points: second differences over each episode's second "
+            "half, static arms", "by_condition": {c: block(e) for c, e in found.items()},
+            "pooled": block(every) if every else None}
 
 
 def criteria(runs: Runs, seedling: str = SEEDLING_ARM) -> dict[str, dict[str, Any]]:
@@ -278,8 +338,9 @@ def _number(value: float | None, spec: str) -> str:
     return "–" if value is None else format(value, spec)
 
 
-def table(summary: Sequence[dict[str, Any]], results: dict[str, dict[str, Any]]) -> str:
-    """Markdown: one table per condition (arms as rows), then the criteria."""
+def table(summary: Sequence[dict[str, Any]], results: dict[str, dict[str, Any]],
+          noise: dict[str, Any] | None = None) -> str:
+    """Markdown: one table per condition (arms as rows), the criteria, and the validation noise if given."""
     lines = ["# Acceptance screen", "", "Points: test accuracy in %, return × 100; ± = paired or per-arm Student-t "
              "95% CI over seeds.", ""]
     for condition in dict.fromkeys(row["condition"] for row in summary):
@@ -297,6 +358,10 @@ def table(summary: Sequence[dict[str, Any]], results: dict[str, dict[str, Any]])
         value, ci = result["value"], result["ci95"]
         lines.append(f"| {key} | {_number(value, '+.2f')} | {_number(ci, '.2f')} | "
                      f"{'yes' if result['holds'] else 'no'} | {_what(key, result)} |")
+    if noise is not None:
+        found = [f"{c} {b['sd_points']:.2f} ({b['episodes']} episodes)" for c, b in noise["by_condition"].items()]
+        lines += ["", "Validation noise of one step (static arms, WAIT only; second differences over each episode's "
+                  f"second half), points: {'; '.join(found) or 'not measured (no static run with a val_curve)'}."]
     return "\n".join(lines) + "\n"
 
 
@@ -311,9 +376,11 @@ def _what(key: str, r: dict[str, Any]) -> str:
         return f"best growth arm − its static twin on {r['condition']} by growth time ({at}; ≥ −1.0 at 25%)"
     if key == "3":
         h = r["heuristic"]
-        place = "no heuristic run" if h is None else f"heuristic {h['mean_return']:.2f}, rank {h['rank']} of {h['of']}"
+        place = "no heuristic run" if h is None else (f"heuristic {h['mean_return']:.2f} (oracle "
+                                                      f"{r['oracle_mean_return']:.2f}), rank {h['rank']} of {h['of']}")
         picks = ", ".join(f"{c}: {p}" for c, p in r["oracle"].items())
-        return f"oracle ({picks}) − best single {r['best_single']} (≥ 1.5, CI above 0); {place}"
+        played = f"{len(r['conditions'])} of {len(r['mixture_conditions'])} mixture conditions"
+        return f"oracle ({picks}) − best single {r['best_single']} over {played} (≥ 1.5, CI above 0); {place}"
     return f"largest seed-to-seed SD, {r['arm']} on {r['condition']} (≤ 0.4)"
 
 
@@ -323,7 +390,7 @@ def report(folder: Path, seedling: str = SEEDLING_ARM) -> None:
 
     runs = by_run(load(folder))
     summary = summarize(runs, seedling)
-    results = criteria(runs, seedling)
+    results, noise = criteria(runs, seedling), val_noise(runs)
     write_json(folder / "summary.json", summary)
-    write_json(folder / "criteria.json", results)
-    write_atomic(folder / "table.md", table(summary, results))
+    write_json(folder / "criteria.json", {**results, "val_noise": noise})
+    write_atomic(folder / "table.md", table(summary, results, noise))

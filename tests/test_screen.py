@@ -10,12 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks import screen, screen_arms, screen_report
+from benchmarks import screen, screen_arms, screen_report, screen_shards
 from benchmarks.screen_arms import Arm, plan_step
 from esper_agent.distributions import ActionMasks
 from esper_agent.envs import VectorEnvDriver
 from esper_agent.train import make_envs
 from esper_env.blueprints import BLUEPRINTS
+from esper_env.conditions import CONDITIONS
 from esper_env.config import EnvConfig
 from esper_env.lifecycle import Stage
 from esper_env.spaces import Head, Op, head_sizes
@@ -136,15 +137,14 @@ def test_arms_are_paired_by_reset_seed_whatever_shares_their_vector_env(tmp_path
     assert wide["env_kwargs"]["host_widths"] == [12, 16, 32] and wide["env_kwargs"]["report_test_accuracy"]
     assert {r["condition"] for r in together} == {"mixture"} and "condition" not in wide["env_kwargs"]
     assert {r["episodes_together"] for r in together} == {2} and all(r["invalid_actions"] == 0 for r in together)
+    for row in together:  # the validation accuracy after every step, the last one the episode's final
+        assert len(row["val_curve"]) == row["episode_length"] and row["val_curve"][-1] == row["val_accuracy"]
 
 
 def test_shards_split_the_jobs_and_a_second_run_plays_only_what_is_missing(tmp_path, monkeypatch, tiny):
     arms = (Arm("static-seedling", "static"), Arm("grow", "plan", plan=GROW))
-    jobs = [screen.shard_jobs(arms, ["full"], [0, 1], f"{i}/3") for i in range(3)]
-    flat = [(j.arm.name, j.condition, j.seed) for shard in jobs for j in shard]
-    assert len(flat) == len(set(flat)) == 2 * 2 * 2 and {c for _, c, _ in flat} == {"full", "mixture"}
     with pytest.raises(ValueError, match="expected i/n"):
-        screen.shard_jobs(arms, [], [0], "3/3")
+        screen_shards.shard_jobs(arms, ["mixture"], [0], "3/3")
     first = _screen(tmp_path, monkeypatch, tiny, arms, "--seeds", "0", "--shard", "0/2")
     assert [r["arm"] for r in first] == ["static-seedling"]
     again = _screen(tmp_path, monkeypatch, tiny, arms, "--seeds", "0", "--shard", "0/2")
@@ -155,6 +155,8 @@ def test_shards_split_the_jobs_and_a_second_run_plays_only_what_is_missing(tmp_p
     assert both[1]["plan"] == [[0, "germinate", 0, "conv_light"], [0, "fossilize", 0, None]]
     with pytest.raises(SystemExit, match=r"--arms \['nope'\] are not in set 'test'"):
         _screen(tmp_path, monkeypatch, tiny, arms, "--arms", "nope")
+    with pytest.raises(SystemExit, match="--no-mixture with no --conditions leaves nothing to play"):
+        _screen(tmp_path, monkeypatch, tiny, arms, "--no-mixture")
     with pytest.raises(ValueError, match="autoreset_mode='SameStep'"):
         screen.job_kwargs({"autoreset_mode": "SameStep"}, arms[0], None)
 
@@ -163,8 +165,11 @@ def test_shards_split_the_jobs_and_a_second_run_plays_only_what_is_missing(tmp_p
                     reason="EnvConfig has no condition field yet")
 def test_conditions_are_passed_to_the_env_and_recorded_as_reported(tmp_path, monkeypatch, tiny):
     tiny |= {"synthetic_train_size": 15_000, "train_images_per_epoch": 256}  # the mixture draws pools of 15k
-    rows = _screen(tmp_path, monkeypatch, tiny, (Arm("static-seedling", "static"),), "--seeds", "0",
-                   "--conditions", "noise40")
+    arms = (Arm("static-seedling", "static"),)
+    only = _screen(tmp_path, monkeypatch, tiny, arms, "--seeds", "0", "--conditions", "noise40", "--no-mixture")
+    assert [r["condition"] for r in only] == ["noise40"]
+    rows = _screen(tmp_path, monkeypatch, tiny, arms, "--seeds", "0", "--conditions", "noise40")
+    assert rows[0] == only[0] and len(rows) == 2  # the mixture added, noise40 not played again
     by = {r["condition"]: r for r in rows}
     assert by["noise40"]["env_kwargs"]["condition"] == "noise40" and by["noise40"]["condition_reported"] == "noise40"
     assert by["mixture"]["env_kwargs"]["condition"] == "mixture" and by["mixture"]["condition_reported"] != "mixture"
@@ -184,9 +189,12 @@ def test_slices_round_trip_through_the_report(tmp_path, monkeypatch, tiny):
     assert gap != 0 and math.isclose(summary["static-wide"]["minus_static_seedling_paired"], gap)
     assert math.isclose(summary["heuristic"]["return"], 50 * sum(r["return"] for r in rows if r["arm"] == "heuristic"))
     criteria = json.loads((tmp_path / "criteria.json").read_text())
-    assert sorted(criteria) == ["1", "2", "3", "4"] and not criteria["1"]["holds"]  # nothing ran on 'full'
+    assert sorted(criteria) == ["1", "2", "3", "4", "val_noise"] and not criteria["1"]["holds"]  # no 'full' run
+    noise = criteria["val_noise"]["by_condition"]["mixture"]
+    assert noise["episodes"] == 4 and noise["arms"] == ["static-seedling", "static-wide"]
     table = (tmp_path / "table.md").read_text()
     assert "## mixture" in table and "| grow | plan | 2 |" in table and "## Criteria" in table
+    assert "Validation noise of one step" in table and "mixture" in table.split("Validation noise")[1]
 
 
 # --- the report's arithmetic on hand-made rows ------------------------------------------------------------------
@@ -281,3 +289,74 @@ def test_the_report_refuses_duplicate_runs_and_mixed_envs(tmp_path):
     (tmp_path / "a.jsonl").write_text("{not json\n")
     with pytest.raises(ValueError, match="a.jsonl:1 is not a JSON line"):
         screen_report.load(tmp_path)
+
+
+def test_criterion_3_needs_only_per_condition_rows_and_says_which_rows_and_conditions_it_used():
+    returns = {("big", "full"): 0.60, ("small", "full"): 0.56, ("big", "pool5k"): 0.30, ("small", "pool5k"): 0.32}
+    heuristic = _condition_rows({("heuristic", "full"): 0.575, ("heuristic", "pool5k"): 0.31}, kind="heuristic")
+    result = screen_report.criterion_3(_runs(_condition_rows(returns) + heuristic))  # no drawn-mixture row
+    assert result["value"] == pytest.approx(1.0) and result["seeds"] == [0, 1, 2]
+    assert result["rows"].startswith("per-condition runs") and "drawn-mixture runs not used" in result["rows"]
+    assert not result["covers_mixture"] and result["mixture_conditions"] == [c.name for c in CONDITIONS]
+    place = result["heuristic"]  # oracle 46, best single 45: the heuristic sits between small (44) and big
+    assert place["minus_oracle"] == pytest.approx((-2.5 - 1) / 2) and place["minus_oracle_ci95"] == pytest.approx(0)
+    assert result["oracle_mean_return"] == pytest.approx(46.0 + 0.1 / 3)
+    # every catalogue condition: big wins 4 of the 9 by a point and loses the other 5 by one, so the best single
+    # plan is small and the oracle gains a point on 4 conditions of 9, each weighing the same
+    every = {(arm, c.name): 0.5 + (0.01 if i % 2 else -0.01) * (arm == "big")
+             for i, c in enumerate(CONDITIONS) for arm in ("big", "small")}
+    result = screen_report.criterion_3(_runs(_condition_rows(every)))
+    assert result["covers_mixture"] and result["best_single"] == "small" and result["value"] == pytest.approx(4 / 9)
+    assert "9 of 9 mixture conditions" in screen_report._what("3", result)
+
+
+def test_the_step_noise_estimate_recovers_a_known_noise_on_a_bending_curve():
+    rng = np.random.default_rng(0)
+    t = np.arange(20)
+    trend = 0.9 - 0.5 * np.exp(-t / 6)  # a learning curve, steep early and flat late
+    curves = [trend + rng.normal(0, 0.003, t.size) for _ in range(2000)]  # 0.3 points of noise a step
+    residuals = [screen_report.step_residuals(list(curve)) for curve in curves]
+    assert all(len(r) == 9 for r in residuals)  # steps 10 to 18 of 20: the second half, both neighbours measured
+    # within 2.5%: dividing by 1.5 (n − 1) instead would read 0.323, and leaving the trend in 0.312
+    assert screen_report.step_noise(residuals) == pytest.approx(0.3, rel=0.025)
+    assert screen_report.step_noise([screen_report.step_residuals(list(trend))]) < 0.03  # the bend alone: tiny
+    bend = [screen_report.step_residuals(list(0.5 + 0.001 * t**2))]  # a steady bend is the episode's mean
+    assert screen_report.step_noise(bend) == pytest.approx(0, abs=1e-9)
+    assert screen_report.step_residuals([0.5, 0.6, None, 0.7, 0.7, 0.8]) is None  # a gap in the second half
+    assert screen_report.step_residuals([0.5, 0.6, 0.7]) is None  # too short for two residuals
+
+
+def _noisy(arm: str, seed: int, condition: str, kind: str = "static", noise: float = 0.004, **extra) -> dict:
+    curve = [0.5 + 0.01 * t + noise * (-1) ** (t + seed) for t in range(22)]
+    return _row(arm, seed, 0.5, condition=condition, kind=kind) | {"val_curve": curve, **extra}
+
+
+def test_val_noise_reads_static_episodes_with_a_curve_per_condition_and_skips_the_rest():
+    rows = [_noisy("static-seedling", s, "full") for s in range(3)] + [_noisy("static-wide", 0, "full", noise=0.002)]
+    rows += [_noisy("static-seedling", 0, "pool5k", noise=0.001), _row("static-seedling", 1, 0.5, "pool5k")]
+    rows += [_noisy("grow", 0, "full", kind="plan", noise=0.1), _noisy("static-seedling", 9, "full", rollback=True)]
+    noise = screen_report.val_noise(_runs(rows))
+    # ±n alternating on a line: ten residuals of ±2n about a zero mean, so the estimate is 2n / sqrt(1.5 − 1/10²)
+    scale = 2 * 100 / math.sqrt(1.5 - 1 / 100)
+    full = noise["by_condition"]["full"]
+    assert full["episodes"] == 4 and full["arms"] == ["static-seedling", "static-wide"]
+    assert full["sd_points"] == pytest.approx(scale * math.sqrt((3 * 0.004**2 + 0.002**2) / 4))
+    assert noise["by_condition"]["pool5k"] == {"sd_points": pytest.approx(scale * 0.001), "episodes": 1,
+                                               "arms": ["static-seedling"]}
+    assert noise["pooled"]["episodes"] == 5 and list(noise["by_condition"]) == ["full", "pool5k"]
+    assert screen_report.val_noise(_runs([_row("static-seedling", 0, 0.5)])) | {"what": ""} == {
+        "what": "", "by_condition": {}, "pooled": None}  # slices from before val_curve: nothing to measure
+
+
+def test_the_report_merges_shard_files_of_one_condition(tmp_path):
+    returns = {("big", "full"): 0.60, ("small", "full"): 0.56, ("big", "pool5k"): 0.30, ("small", "pool5k"): 0.32}
+    rows = _condition_rows(returns) + [_noisy("static-seedling", s, "full") for s in range(3)]
+    for k, name in enumerate(("shard-00.jsonl", "shard-01.jsonl", "shard-02.jsonl")):  # seeds and arms split
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows[k::3]))
+    screen.main(["--report", str(tmp_path)])
+    summary = {(r["arm"], r["condition"]): r for r in json.loads((tmp_path / "summary.json").read_text())}
+    assert summary["big", "full"]["seeds"] == summary["static-seedling", "full"]["seeds"] == [0, 1, 2]
+    criteria = json.loads((tmp_path / "criteria.json").read_text())
+    assert criteria["3"]["value"] == pytest.approx(1.0) and criteria["3"]["conditions"] == ["full", "pool5k"]
+    assert criteria["val_noise"]["by_condition"]["full"]["episodes"] == 3
+    assert "Validation noise of one step" in (tmp_path / "table.md").read_text()
