@@ -23,14 +23,11 @@ so that growth compounds. Slot ``k`` belongs to stage ``k`` and holds at most on
   is mixed in at alpha 1 from germination (``lifecycle.blends_at_birth``). It has no straight-through term:
   by straight-through its outgoing weights would learn, with no feedback (the value does not depend on them),
   what the host is learning anyway, and grow without bound (on CIFAR-10 every plan that widened all three
-  stages collapsed: ``benchmarks/results/screen_probe/``). Where the previous stage holds a live widen seed too,
-  that seed's contribution to this stage's conv output reaches each copy at its source's row, so the copies
-  stay copies and a stage split while the one before it grows keeps the function.
+  stages collapsed: ``benchmarks/results/screen_probe/``).
   Joining concatenates the seed's channels to the stage: the stage's conv and norm gain the seed's rows, the
   stage's residual blocks gain identity channels (new weights that read or write the old channels are zero, the
   new channels' last norm is zero), and the next layer gains ``V`` as input columns, the sources' giving up
-  ``S``; live widen seeds beside it follow (``_widen_neighbours``). At alpha 1 the network computes exactly what
-  the host with its seed computed.
+  ``S``. At alpha 1 the network computes exactly what the host with its seed computed.
 
 Joining changes parameter shapes, so it returns, for each new parameter, how it was assembled from old ones
 (:class:`Piece`); the optimizer assembles momentum the same way (``optim.NesterovSGD.regroup``). Seeds' norms are
@@ -73,14 +70,9 @@ class WidenSeed(nn.Module):
     def to_head(self) -> bool:
         return isinstance(self.out, nn.Linear)
 
-    def channels(self, x: torch.Tensor, upstream: torch.Tensor | None = None) -> torch.Tensor:
-        """The new channels, at the stage's output resolution. ``upstream``: what a live widen seed of the
-        previous stage adds to this stage's conv output; a copy receives its source's share of it, so that it
-        stays a copy (see :meth:`FamilySlot.widen_channels`)."""
-        z = self.conv(x)
-        if upstream is not None:
-            z = z + upstream[:, self.sources]
-        return F.gelu(self.norm(F.max_pool2d(z, 2)))
+    def channels(self, x: torch.Tensor) -> torch.Tensor:
+        """The new channels, at the stage's output resolution."""
+        return F.gelu(self.norm(F.max_pool2d(self.conv(x), 2)))
 
     def contribution(self, e: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """What the split adds to the next layer's output (the next conv's, or the scaled logits): the new channels
@@ -135,22 +127,18 @@ class FamilySlot(SlotModule):
                 upstream: torch.Tensor) -> torch.Tensor:
         return h if self.widens else super().forward(h, alpha, straight, upstream)
 
-    def widen_channels(self, x_in: torch.Tensor, upstream: torch.Tensor,
-                       previous: torch.Tensor | None) -> torch.Tensor:
-        """The widen seed's new channels from the stage's input ``x_in``. ``previous``: the mixed contribution
-        of a live widen seed in the previous stage to this stage's conv output, which the channels' sources
-        receive too; without it a stage split while the previous one grows would not keep the function."""
+    def widen_channels(self, x_in: torch.Tensor, upstream: torch.Tensor) -> torch.Tensor:
         x = torch.lerp(x_in.detach(), x_in, upstream) if torch.is_grad_enabled() else x_in
-        return self.seed.channels(x, previous)
+        return self.seed.channels(x)
 
-    def mixed(self, e: torch.Tensor, h: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-        """``a d``: the widen seed's contribution to the next layer's output given the stage's output ``h``, at
-        amplitude ``alpha`` (no straight-through term: see the module docstring)."""
+    def mix(self, y: torch.Tensor, e: torch.Tensor, h: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+        """``y + a d`` with ``d`` the widen seed's contribution to ``y`` given the stage's output ``h`` (no
+        straight-through term: see the module docstring)."""
         d = self.seed.contribution(e, h)
-        a = _per_sample(alpha, d.shape[0])
-        if a.dim() and d.dim() == 2:
+        a = _per_sample(alpha, y.shape[0])
+        if a.dim() and y.dim() == 2:
             a = a.view(-1, 1)
-        return a * d
+        return y + a * d
 
 
 @dataclass(frozen=True)
@@ -193,9 +181,10 @@ class FamilyHost(nn.Module):
         pending: tuple[int, torch.Tensor] | None = None  # a widen seed's new channels, for the next layer
         for k, stage in enumerate(self.net.stages):
             slot, on = self.slots[k], self.slots[k].seed is not None and not (skip and skip[k])
-            added = None if pending is None else self.slots[pending[0]].mixed(pending[1], h, alphas[pending[0]])
-            e = slot.widen_channels(h, flags[1, k], added) if on and slot.widens else None
-            y = stage.conv(h) if added is None else stage.conv(h) + added
+            e = slot.widen_channels(h, flags[1, k]) if on and slot.widens else None
+            y = stage.conv(h)
+            if pending is not None:
+                y = self.slots[pending[0]].mix(y, pending[1], h, alphas[pending[0]])
             h = F.gelu(stage.norm(F.max_pool2d(y, 2)))
             for block in stage.blocks:
                 h = block(h)
@@ -204,7 +193,7 @@ class FamilyHost(nn.Module):
             pending = (k, e) if e is not None else None
         logits = self.net.head(F.adaptive_max_pool2d(h, 1).flatten(1)) * LOGIT_SCALE
         if pending is not None:
-            logits = logits + self.slots[pending[0]].mixed(pending[1], h, alphas[pending[0]])
+            logits = self.slots[pending[0]].mix(logits, pending[1], h, alphas[pending[0]])
         return logits
 
     def host_parameters(self) -> list[nn.Parameter]:
@@ -287,7 +276,7 @@ def _join_widen(host: FamilyHost, k: int, seed: WidenSeed) -> Assembly:
         _widen_block(block, old, new, assembly)
     consumer = net.stages[k + 1].conv if k + 1 < len(net.stages) else net.head
     _set(consumer, "weight", _split_cols(consumer.weight, seed), assembly)
-    _widen_neighbours(host, k, seed, assembly)
+    _widen_neighbours(host, k, extra, assembly)
     for module in (stage.conv, stage.norm, consumer):
         sync_shape_attributes(module)
     net.arch = net.arch.widened(k, new)
@@ -295,30 +284,18 @@ def _join_widen(host: FamilyHost, k: int, seed: WidenSeed) -> Assembly:
     return assembly
 
 
-def _widen_neighbours(host: FamilyHost, k: int, seed: WidenSeed, assembly: Assembly) -> None:
-    """Live widen seeds beside stage ``k`` follow its join exactly. The next stage's copies received this seed's
-    contribution through their sources' rows (``FamilySlot.widen_channels``): they gain those rows of its
-    outgoing weights as input columns, and give up the same rows of its share. The previous stage's seed
-    contributed to this stage's copies through their sources' rows: its outgoing weights and share gain those
-    rows for the new channels."""
+def _widen_neighbours(host: FamilyHost, k: int, extra: int, assembly: Assembly) -> None:
+    """Live widen seeds that read stage ``k``'s output or write into its conv gain zero weights for the new
+    channels, so they compute what they computed before."""
     if k + 1 < len(host.slots) and host.slots[k + 1].widens:
-        conv, rows = host.slots[k + 1].seed.conv, host.slots[k + 1].seed.sources
-        kept = conv.weight.detach().clone()
-        kept.index_add_(1, seed.sources, -seed.share[rows])
-        columns, n = seed.out.weight.detach()[rows], kept.shape[1]
-        _set(conv, "weight", (torch.cat([kept, columns], 1), [Piece((slice(None), slice(0, n)), source=conv.weight),
-                                                              Piece((slice(None), slice(n, None)), fresh=columns)]),
-             assembly)
+        conv = host.slots[k + 1].seed.conv
+        _set(conv, "weight", _zero_cols(conv.weight, extra), assembly)
         sync_shape_attributes(conv)
     if k > 0 and host.slots[k - 1].widens:
-        before = host.slots[k - 1].seed
-        out, n = before.out, before.out.weight.shape[0]
-        rows = out.weight.detach()[seed.sources]
-        _set(out, "weight", (torch.cat([out.weight.detach(), rows]), [Piece((slice(0, n),), source=out.weight),
-                                                                     Piece((slice(n, None),), fresh=rows)]),
-             assembly)
-        before.share = torch.cat([before.share, before.share[seed.sources]])
-        sync_shape_attributes(out)
+        seed = host.slots[k - 1].seed
+        _set(seed.out, "weight", _zero_rows(seed.out.weight, extra), assembly)
+        seed.share = torch.cat([seed.share, seed.share.new_zeros((extra, *seed.share.shape[1:]))])
+        sync_shape_attributes(seed.out)
 
 
 def _widen_block(block: ResidualBlock, old: int, new: int, assembly: Assembly) -> None:
