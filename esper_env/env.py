@@ -62,12 +62,14 @@ class EsperEnv(gym.Env):
     * 2 ``widen_l``: the stage gains 3C channels (four times as wide), split from existing channels with noise
 
     A seed's life (``esper_env.lifecycle``): GERMINATE plants it; it incubates for ``min_training_epochs``
-    (learning beside the host by straight-through while the slot's output stays the host's; a family widen seed
-    waits instead, ``esper_env.family_host`` says why), blends in over the tempo, then holds at alpha 1 until
-    FOSSILIZE keeps it or PRUNE removes it (after ``max_holding_epochs`` it is pruned automatically); timers move
-    it along, or the ADVANCE op with ``auto_advance=False``. On the small host a fossilized seed stays in its slot
-    for good. On the family host FOSSILIZE joins it: its weights become part of the host's layers and optimizer,
-    and the slot is DORMANT again at once (``lifecycle.JOINING``), free to grow the stage again.
+    (learning beside the host by straight-through while the slot's output stays the host's), blends in over the
+    tempo, then holds at alpha 1 until FOSSILIZE keeps it or PRUNE removes it (after ``max_holding_epochs`` it is
+    pruned automatically); timers move it along, or the ADVANCE op with ``auto_advance=False``. A family widen
+    seed is a split that keeps the function at any amplitude: it is at alpha 1 from germination and its ramp is
+    complete on entering BLENDING (``lifecycle.blends_at_birth``). On the small host a fossilized seed stays in
+    its slot for good. On the family host FOSSILIZE joins it: its weights become part of the host's layers and
+    optimizer (where they keep the seeds' learning rate), and the slot is DORMANT again at once
+    (``lifecycle.JOINING``), free to grow the stage again.
 
     WAIT reads only ``op``; GERMINATE reads every head; ADVANCE, PRUNE and FOSSILIZE read ``op`` and ``slot``
     (``esper_env.spaces.HEAD_RELEVANCE``). Heads an op does not read are ignored. Masks after every reset and

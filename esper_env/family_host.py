@@ -23,7 +23,10 @@ so that growth compounds. Slot ``k`` belongs to stage ``k`` and holds at most on
   is mixed in at alpha 1 from germination (``lifecycle.blends_at_birth``). It has no straight-through term:
   by straight-through its outgoing weights would learn, with no feedback (the value does not depend on them),
   what the host is learning anyway, and grow without bound (on CIFAR-10 every plan that widened all three
-  stages collapsed: ``benchmarks/results/screen_probe/``).
+  stages collapsed: ``benchmarks/results/screen_probe/``). One case is not exact: a stage split while the
+  previous stage holds a live widen seed, whose contribution reaches the sources but not their copies (which
+  learn it after that seed joins). Sharing that seed's outgoing rows with the copies made it exact but trained
+  worse (``benchmarks/results/screen_probe/neighbour-tie/``).
   Joining concatenates the seed's channels to the stage: the stage's conv and norm gain the seed's rows, the
   stage's residual blocks gain identity channels (new weights that read or write the old channels are zero, the
   new channels' last norm is zero), and the next layer gains ``V`` as input columns, the sources' giving up
