@@ -111,6 +111,10 @@ class EnvConfig:
     """Random-crop augmentation: zero padding before the crop (pixels; 0 = no translation)."""
     weight_decay: float = 5e-4
     """L2 weight decay of the host (seeds use none)."""
+    ema_epochs: float = 0.0
+    """Validation and test read an exponential moving average of the weights with this time constant (epochs;
+    ``esper_env.averaging``: it cuts the step-to-step noise of the validation accuracy); 0 reads the raw
+    weights."""
 
     # --- episode and lifecycle --------------------------------------------------------------------------
     max_epochs: int = 25
@@ -291,7 +295,7 @@ _CHOICES = {
 }
 _NON_NEGATIVE = ("flops_price", "params_price",
                  "param_penalty", "over_budget_penalty", "op_cost", "invalid_action_penalty", "rollback_penalty",
-                 "weight_decay", "collapse_loss_tolerance")
+                 "weight_decay", "collapse_loss_tolerance", "ema_epochs")
 _POSITIVE = ("host_lr", "seed_lr", "divergence_loss", "sparse_scale", "sparse_clip")
 _FRACTIONS = ("collapse_accuracy_margin", "collapse_peak", "label_smoothing")
 

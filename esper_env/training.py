@@ -22,12 +22,13 @@ Metrics accumulate into ``metrics``, this sub-env's row of the engine's shared b
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from esper_env.averaging import WeightAverage, step_decay
 from esper_env.config import EnvConfig
 from esper_env.data import Dataset, normalize, random_crop_flip
 from esper_env.episode import Measurement
@@ -85,6 +86,8 @@ class HostTrainer:
         self.device = metrics.device
         self.layout = MetricLayout(cfg.num_slots)
         self.dtype = amp or torch.float32
+        self.average = (WeightAverage(step_decay(cfg.ema_epochs, self.batches_per_epoch)) if cfg.ema_epochs > 0
+                        else None)
         self._install(build_host(cfg, dataset.spec))
         n, batches = cfg.num_slots, self.batches_per_epoch
         # alpha per slot, straight-through flag per slot, upstream flag per slot, then host and seed lr per batch:
@@ -112,6 +115,12 @@ class HostTrainer:
         self.optimizer = NesterovSGD(self.model.host_parameters(), self.cfg.momentum, self.cfg.weight_decay,
                                      joined_gain)
         self._snapshot = [t.detach().clone() for t in self._host_state()]
+        self._track_average()
+
+    def _track_average(self) -> None:
+        """Restart the weights' average (``cfg.ema_epochs``) on the model's current parameters, seeds included."""
+        if self.average is not None:
+            self.average.track(list(self.model.parameters()))
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -179,6 +188,8 @@ class HostTrainer:
         self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step(self.lr.index_select(0, self.counter)[0])  # this batch's host and seed lr
+        if self.average is not None:
+            self.average.update()
         correct = (logits.argmax(1) == labels).sum()
         self.metrics[self.layout.train].add_(torch.stack([loss.detach(), correct.float()]))
         self.counter.add_(1)
@@ -217,7 +228,8 @@ class HostTrainer:
         out.zero_()
         alphas = self.alpha.view(-1, 1) * self.config_mask
         data = self.episode_data
-        self._measure(data.val_images, self.data.val_y, data.val_weight, alphas, out)
+        with self._reading():
+            self._measure(data.val_images, self.data.val_y, data.val_weight, alphas, out)
 
     @torch.no_grad()
     def evaluate_test(self) -> None:
@@ -226,7 +238,12 @@ class HostTrainer:
         out = self.metrics[self.layout.test].view(1, 2)
         out.zero_()
         data = self.episode_data
-        self._measure(data.test_images, self.data.test_y, data.test_weight, self.alpha, out, self.cfg.test_flip)
+        with self._reading():
+            self._measure(data.test_images, self.data.test_y, data.test_weight, self.alpha, out, self.cfg.test_flip)
+
+    def _reading(self) -> AbstractContextManager:
+        """The weights validation and test read: their average (``cfg.ema_epochs``), else the raw weights."""
+        return self.average.swapped_in() if self.average is not None else nullcontext()
 
     def _measure(self, images: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor | None,
                  alphas: torch.Tensor, out: torch.Tensor, flip: bool = False) -> None:
@@ -296,6 +313,8 @@ class HostTrainer:
                                           strict=True):
                     target.copy_(source)
             self.optimizer.reset_state()
+            if self.average is not None:
+                self.average.restart()
         self.generator.manual_seed(data_seed)
         self.episode_data.draw(self.generator)
         self.save_snapshot()
@@ -308,10 +327,12 @@ class HostTrainer:
         if self.device.type == "cuda":
             module.to(memory_format=torch.channels_last)
         self.optimizer.add_group(slot, seed_parameters(module))
+        self._track_average()
 
     def remove_seed(self, slot: int) -> None:
         self.optimizer.remove_group(slot)
         self.model.slots[slot].clear()
+        self._track_average()
 
     def join_seed(self, slot: int) -> None:
         """A family host takes the seed in ``slot`` into its own layers (``FamilyHost.join``): the optimizer
@@ -322,6 +343,7 @@ class HostTrainer:
         live = {i: seed_parameters(m) for i, m in enumerate(self.model.slots) if m.seed is not None}
         self.optimizer.regroup(self.model.host_parameters(), live, assembly)
         self._snapshot = [t.detach().clone() for t in self._host_state()]
+        self._track_average()
 
     def _host_state(self) -> list[torch.Tensor]:
         return [*self.model.host_parameters(), *self.model.host_buffers()]
@@ -334,6 +356,8 @@ class HostTrainer:
     def restore_snapshot(self) -> None:
         torch._foreach_copy_(self._host_state(), self._snapshot)
         self.optimizer.reset_state()
+        if self.average is not None:
+            self.average.restart()
 
     @torch.no_grad()
     def _inject(self, fault: str) -> None:

@@ -256,6 +256,7 @@ OUT_OF_RANGE: dict[str, st.SearchStrategy] = {
     **{name: NEGATIVE | st.floats(min_value=1.0, exclude_min=True) | st.just(math.nan)
        for name in ("collapse_accuracy_margin", "collapse_peak")},
     "collapse_loss_tolerance": NEGATIVE | NOT_FINITE,
+    "ema_epochs": NEGATIVE | NOT_FINITE,
     "param_budget_mask": st.just(True),  # alone, i.e. with the default param_budget=None: nothing to enforce
     "host_widths": st.lists(st.integers(max_value=0), min_size=1, max_size=3) | st.just([]),
     "slot_blocks": st.sampled_from([[], [0, 0], [2, 1], [3], [-1]]),
