@@ -1,5 +1,5 @@
 """On a GPU: the family host grows through joins under CUDA graphs (re-captured at each join) as it does
-eagerly, and a reset after growth starts the seedling again."""
+eagerly, with and without the weights' moving average, and a reset after growth starts the seedling again."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ def opened() -> list:
         env.close()
 
 
-def _run(execution: str, opened: list) -> tuple[list[dict], object]:
-    envs = gym.make_vec("Esper-Synthetic-v0", num_envs=3, execution=execution, **KWARGS)
+def _run(execution: str, opened: list, **overrides) -> tuple[list[dict], object]:
+    envs = gym.make_vec("Esper-Synthetic-v0", num_envs=3, execution=execution, **{**KWARGS, **overrides})
     opened.append(envs)
     _, info = envs.reset(seed=5)
     trace = []
@@ -48,9 +48,10 @@ def _run(execution: str, opened: list) -> tuple[list[dict], object]:
     return trace, envs
 
 
-def test_graphs_and_eager_grow_the_same_networks(opened: list) -> None:
-    eager, _ = _run("eager", opened)
-    graph, envs = _run("graph", opened)
+@pytest.mark.parametrize("ema_epochs", [0.0, 1.0])  # with the weights' average: updated and swapped in graphs
+def test_graphs_and_eager_grow_the_same_networks(opened: list, ema_epochs: float) -> None:
+    eager, _ = _run("eager", opened, ema_epochs=ema_epochs)
+    graph, envs = _run("graph", opened, ema_epochs=ema_epochs)
     for e, g in zip(eager, graph, strict=True):
         assert np.array_equal(e["stage"], g["stage"]) and np.array_equal(e["params"], g["params"])
         assert np.all(np.abs(e["acc"] - g["acc"]) <= ACCURACY_TOLERANCE)
