@@ -40,7 +40,7 @@ from benchmarks.common import device_name, device_tag, run_stamp, write_json
 from esper_agent.baselines import RandomValidActor
 from esper_agent.config import AgentConfig
 from esper_agent.envs import VectorEnvDriver, autoreset_mode
-from esper_agent.heuristic import HeuristicActor
+from esper_agent.heuristic import HeuristicActor, env_host
 from esper_agent.trainer import Trainer
 from esper_env.vector_env import FAULTS
 
@@ -293,7 +293,7 @@ def run_actor(envs: FaultInjector, args: argparse.Namespace, deadline: float, pr
     """A policy without learning, stepped through ``esper_agent``'s driver (all three autoreset modes)."""
     driver = VectorEnvDriver(envs)
     if args.policy == "heuristic":
-        actor: Any = HeuristicActor(driver.num_slots)
+        actor: Any = HeuristicActor(driver.num_slots, host=env_host(driver.envs))
     elif args.policy == "random":
         actor = RandomValidActor(driver.head_sizes, seed=args.seed)
     else:

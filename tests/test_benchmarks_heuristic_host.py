@@ -24,3 +24,12 @@ def test_the_screen_and_the_comparison_build_the_heuristic_for_the_envs_host(hos
     assert screen.make_actor(Arm("heuristic", "heuristic"), driver, [0]).host == host
     args = Namespace(env=ID, env_kwargs=kwargs)
     assert compare_agents.make_actor("heuristic", args, 0, tmp_path).actor.host == host
+
+
+@pytest.mark.parametrize("host", ["small", "family"])
+def test_the_growth_screen_study_builds_the_heuristic_for_the_envs_host(host: str) -> None:
+    from benchmarks.studies import growth_screen
+
+    kwargs = {"host": host, "device": "cpu", "max_epochs": 2}
+    driver = VectorEnvDriver(gym.make_vec(ID, num_envs=1, vectorization_mode="vector_entry_point", **kwargs))
+    assert growth_screen.make_actor("heuristic", driver, 0).host == host

@@ -45,7 +45,7 @@ from esper_agent.baselines import Actor, RandomValidActor, StaticActor
 from esper_agent.distributions import ActionMasks
 from esper_agent.envs import VectorEnvDriver
 from esper_agent.evaluate import run_episodes
-from esper_agent.heuristic import HeuristicActor, allowed_blend, planting_masks
+from esper_agent.heuristic import HeuristicActor, allowed_blend, env_host, planting_masks
 from esper_agent.report import mean_ci95
 from esper_agent.train import make_envs
 from esper_env.config import EnvConfig
@@ -168,7 +168,7 @@ def make_actor(arm: str, driver: VectorEnvDriver, seed: int) -> Actor:
     if arm == "random":
         return RandomValidActor(driver.head_sizes, seed=seed)
     if arm == "heuristic":
-        return HeuristicActor(driver.num_slots)
+        return HeuristicActor(driver.num_slots, host=env_host(driver.envs))
     actor = parse_growth_arm(arm)
     if actor is None:
         raise ValueError(f"unknown arm {arm!r}; expected static, random, heuristic, grow_<bp> or "

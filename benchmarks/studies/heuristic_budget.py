@@ -21,7 +21,7 @@ import esper_env  # noqa: F401  (registers the Esper ids)
 from benchmarks.common import device_name, run_stamp, write_json
 from esper_agent.envs import VectorEnvDriver
 from esper_agent.evaluate import run_episodes
-from esper_agent.heuristic import HeuristicActor
+from esper_agent.heuristic import HeuristicActor, env_host
 
 HOST = {"max_epochs": 25, "batch_size": 64, "host_widths": [16, 32], "host_lr": 0.2, "min_prune_age": 6,
         "synthetic_train_size": 512, "device": "cpu"}
@@ -33,7 +33,7 @@ def heuristic_episodes(kwargs: dict[str, Any], episodes: int) -> list[dict[str, 
     envs = gym.make_vec("Esper-Synthetic-v0", num_envs=episodes, **kwargs)
     try:
         driver = VectorEnvDriver(envs)
-        records = run_episodes(driver, HeuristicActor(driver.num_slots), episodes, 0)
+        records = run_episodes(driver, HeuristicActor(driver.num_slots, host=env_host(driver.envs)), episodes, 0)
         return [{"final_accuracy": r.final_accuracy, "seed_params": r.seed_params} for r in records]
     finally:
         envs.close()

@@ -24,7 +24,7 @@ from benchmarks.common import device_name, device_tag, run_stamp, write_json
 from esper_agent.config import AgentConfig
 from esper_agent.envs import VectorEnvDriver
 from esper_agent.evaluate import PolicyActor, run_episodes
-from esper_agent.heuristic import HeuristicActor
+from esper_agent.heuristic import HeuristicActor, env_host
 from esper_agent.train import resolve_device
 from esper_agent.trainer import Trainer
 
@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> dict:
     eval_seed = 100_000 + args.seed
     imitated = run_episodes(driver, PolicyActor(trainer.policy.eval(), trainer.obs_norm, True), args.episodes,
                             eval_seed)
-    heuristic = run_episodes(driver, HeuristicActor(driver.num_slots), args.episodes, eval_seed)
+    heuristic = run_episodes(driver, HeuristicActor(driver.num_slots, host=env_host(driver.envs)), args.episodes,
+                             eval_seed)
     env_device = resolve_device(str(args.env_kwargs.get("device", "auto")))  # as compare_agents names it
     result = {"env": args.env, "env_kwargs": args.env_kwargs, "num_envs": args.num_envs,
               "agent_config": config.to_dict(), "device": device_name(env_device),
