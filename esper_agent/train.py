@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import importlib
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -83,8 +84,12 @@ def git_commit(where: Path | None = None) -> tuple[str, bool | None]:
     """(commit of the checkout holding this package, whether its code has uncommitted changes), or "unknown".
 
     Code is every tracked or untracked file outside ``RESULT_PATHS`` and ``.gitignore``; ``where`` is a folder in
-    the checkout (default: this package's).
+    the checkout (default: this package's). A copy of the code shipped without its own history (a remote
+    machine's working tree) names its commit in ``ESPER_GIT_COMMIT`` and, with ``ESPER_GIT_DIRTY=1``, that it had
+    uncommitted changes; those win over whatever ``.git`` lies there.
     """
+    if commit := os.environ.get("ESPER_GIT_COMMIT"):
+        return commit, os.environ.get("ESPER_GIT_DIRTY", "0") == "1"
     where = where or Path(__file__).resolve().parent
     outside_results = [":(top)", *(f":(top,exclude){path}" for path in RESULT_PATHS)]
     try:

@@ -217,3 +217,10 @@ def test_an_unknown_preset_names_the_known_ones(capsys: pytest.CaptureFixture[st
 def test_env_kwargs_beside_a_preset_must_be_an_object() -> None:
     with pytest.raises(SystemExit, match=r"--env-kwargs \[1\]: expected a JSON object"):
         train.with_preset({"preset": "synthetic-grow", "env_kwargs": [1]})
+
+
+def test_a_shipped_copy_names_its_commit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ESPER_GIT_COMMIT", "0123abc")
+    assert train.git_commit() == ("0123abc", False)
+    monkeypatch.setenv("ESPER_GIT_DIRTY", "1")
+    assert train.git_commit() == ("0123abc", True)
