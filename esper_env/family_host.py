@@ -23,23 +23,25 @@ so that growth compounds. Slot ``k`` belongs to stage ``k`` and holds at most on
   is mixed in at alpha 1 from germination (``lifecycle.blends_at_birth``). It has no straight-through term:
   by straight-through its outgoing weights would learn, with no feedback (the value does not depend on them),
   what the host is learning anyway, and grow without bound (on CIFAR-10 every plan that widened all three
-  stages collapsed: ``benchmarks/results/screen_probe/``). One case is not exact: a stage split while the
-  previous stage holds a live widen seed, whose contribution reaches the sources but not their copies (which
-  learn it after that seed joins). Sharing that seed's outgoing rows with the copies made it exact but trained
-  worse (``benchmarks/results/screen_probe/neighbour-tie/``).
+  stages collapsed: ``benchmarks/results/screen_probe/``). Where two live widen seeds sit side by side, the
+  later stage's copies get an *inlet* (:meth:`WidenSeed.attach_inlet`): their own copy of the weights through
+  which the earlier seed's new channels reach their sources, so the split keeps the function at birth and the
+  joins end as one consistent split. Sharing those weights between sources and copies instead made the copies'
+  rows learn several times too fast (``benchmarks/results/screen_probe/neighbour-tie/``); without either, a
+  copy kept twice its source's weights on the old channels and none on the new, and learned slowly.
   Joining concatenates the seed's channels to the stage: the stage's conv and norm gain the seed's rows, the
   stage's residual blocks gain identity channels (new weights that read or write the old channels are zero, the
   new channels' last norm is zero), and the next layer gains ``V`` as input columns, the sources' giving up
-  ``S``. At alpha 1 the network computes exactly what the host with its seed computed.
+  ``S``; live widen seeds beside it follow (``_widen_neighbours``). At alpha 1 the network computes exactly what
+  the host with its seed computed.
 
 Joining changes parameter shapes, so it returns, for each new parameter, how it was assembled from old ones
-(:class:`Piece`); the optimizer assembles momentum the same way (``optim.NesterovSGD.regroup``). Seeds' norms are
-BatchNorm, as the family's: a seed that joins must behave as the layer it becomes. Every count is analytic.
+(``esper_env.family_join.Piece``); the optimizer assembles momentum the same way (``optim.NesterovSGD.regroup``).
+Seeds' norms are BatchNorm, as the family's: a seed that joins must behave as the layer it becomes. Every count
+is analytic.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -47,7 +49,8 @@ from torch import nn
 
 from esper_env.architecture import widen_extra
 from esper_env.blueprints import FAMILY_BLUEPRINTS
-from esper_env.family import LOGIT_SCALE, Architecture, FamilyNet, ResidualBlock, noisy_copies, sync_shape_attributes
+from esper_env.family import LOGIT_SCALE, Architecture, FamilyNet, ResidualBlock, noisy_copies
+from esper_env.family_join import Assembly, join_widen
 from esper_env.host import SlotModule, _per_sample
 
 SPLIT_NOISE = 0.01  # symmetry-breaking noise of a split channel's copied weights, relative to the weights' SD
@@ -68,14 +71,36 @@ class WidenSeed(nn.Module):
         self.register_buffer("share", torch.zeros_like(self.out.weight))
         """The outgoing weights the sources give up to their copies, fixed at the split."""
         self.split = False  # whether the outgoing weights were split (else they and the share start at zero)
+        self.inlet: nn.Conv2d | None = None
+        """From the previous stage's live widen seed's new channels to these (see :meth:`attach_inlet`)."""
+        self.inlet_share: torch.Tensor | None = None
 
     @property
     def to_head(self) -> bool:
         return isinstance(self.out, nn.Linear)
 
-    def channels(self, x: torch.Tensor) -> torch.Tensor:
-        """The new channels, at the stage's output resolution."""
-        return F.gelu(self.norm(F.max_pool2d(self.conv(x), 2)))
+    @torch.no_grad()
+    def attach_inlet(self, previous: WidenSeed) -> None:
+        """Give these copies what the previous stage's live widen seed ``previous`` gives their sources: its
+        outgoing weights and share at the sources' rows, as the copies' own weights (an inlet) and fixed share.
+        Without it, a copy would miss its source's input from the previous split, both at birth (the function
+        changes) and after the joins (it would read the previous stage's new channels through zero weights while
+        keeping its full weights on their sources, where its source keeps a share: a row twice as large, which
+        behind a norm learns about four times slower)."""
+        weight = previous.out.weight.detach()[self.sources]
+        self.inlet = nn.Conv2d(weight.shape[1], weight.shape[0], 3, padding=1, bias=False).to(weight.device)
+        self.inlet.weight.copy_(weight)
+        self.inlet_share = previous.share[self.sources].clone()
+
+    def channels(self, x: torch.Tensor, previous: tuple[WidenSeed, torch.Tensor, torch.Tensor, torch.Tensor]
+                 | None = None) -> torch.Tensor:
+        """The new channels, at the stage's output resolution. ``previous``: the previous stage's live widen seed,
+        its new channels, that stage's output and its amplitude, read through the inlet when there is one."""
+        z = self.conv(x)
+        if self.inlet is not None and previous is not None:
+            seed, e, h, a = previous
+            z = z + a * (self.inlet(e) - F.conv2d(h[:, seed.sources], self.inlet_share, padding=1))
+        return F.gelu(self.norm(F.max_pool2d(z, 2)))
 
     def contribution(self, e: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """What the split adds to the next layer's output (the next conv's, or the scaled logits): the new channels
@@ -130,9 +155,10 @@ class FamilySlot(SlotModule):
                 upstream: torch.Tensor) -> torch.Tensor:
         return h if self.widens else super().forward(h, alpha, straight, upstream)
 
-    def widen_channels(self, x_in: torch.Tensor, upstream: torch.Tensor) -> torch.Tensor:
+    def widen_channels(self, x_in: torch.Tensor, upstream: torch.Tensor,
+                       previous: tuple[WidenSeed, torch.Tensor, torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
         x = torch.lerp(x_in.detach(), x_in, upstream) if torch.is_grad_enabled() else x_in
-        return self.seed.channels(x)
+        return self.seed.channels(x, previous)
 
     def mix(self, y: torch.Tensor, e: torch.Tensor, h: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
         """``y + a d`` with ``d`` the widen seed's contribution to ``y`` given the stage's output ``h`` (no
@@ -142,20 +168,6 @@ class FamilySlot(SlotModule):
         if a.dim() and y.dim() == 2:
             a = a.view(-1, 1)
         return y + a * d
-
-
-@dataclass(frozen=True)
-class Piece:
-    """Where in a new tensor a part comes from: ``source`` (an old parameter, copied whole) or ``fresh`` (new
-    values; an optimizer starts their state at zero)."""
-
-    where: tuple[slice, ...]
-    source: nn.Parameter | None = None
-    fresh: torch.Tensor | None = None
-
-
-Assembly = dict[nn.Parameter, list[Piece]]
-"""New parameter -> the pieces it was assembled from."""
 
 
 class FamilyHost(nn.Module):
@@ -184,7 +196,11 @@ class FamilyHost(nn.Module):
         pending: tuple[int, torch.Tensor] | None = None  # a widen seed's new channels, for the next layer
         for k, stage in enumerate(self.net.stages):
             slot, on = self.slots[k], self.slots[k].seed is not None and not (skip and skip[k])
-            e = slot.widen_channels(h, flags[1, k]) if on and slot.widens else None
+            previous = None
+            if pending is not None:  # the previous stage's live widen seed, for this one's inlet
+                j = pending[0]
+                previous = (self.slots[j].seed, pending[1], h, _per_sample(alphas[j], h.shape[0]))
+            e = slot.widen_channels(h, flags[1, k], previous) if on and slot.widens else None
             y = stage.conv(h)
             if pending is not None:
                 y = self.slots[pending[0]].mix(y, pending[1], h, alphas[pending[0]])
@@ -208,11 +224,15 @@ class FamilyHost(nn.Module):
         seed, arch = self.slots[slot].seed, self.arch
         if seed is None:
             return 0, 0
-        params = sum(p.numel() for p in seed.parameters())
         out_pixels = (image_size // 2 ** (slot + 1)) ** 2  # the stage's resolution, after its pool
         if isinstance(seed, ResidualBlock):
-            return params, 2 * 2 * 9 * arch.widths[slot] ** 2 * out_pixels
-        c_in, extra = seed.conv.in_channels, seed.conv.out_channels
+            return sum(p.numel() for p in seed.parameters()), 2 * 2 * 9 * arch.widths[slot] ** 2 * out_pixels
+        # An inlet counts while the previous stage's widen seed it reads lives (once both join, it is the
+        # weights between their new channels); one left by a pruned seed reads nothing and waits to be replaced.
+        inlet = seed.inlet if slot > 0 and self.slots[slot - 1].widens else None
+        parts = [seed.conv, seed.norm, seed.out, *([inlet] if inlet is not None else [])]
+        params = sum(p.numel() for part in parts for p in part.parameters())
+        c_in, extra = seed.conv.in_channels + (inlet.in_channels if inlet is not None else 0), seed.conv.out_channels
         flops = 2 * 9 * c_in * extra * out_pixels * 4  # the seed's conv runs before the pool, like the stage's
         weight = seed.out.weight
         # What the seed adds to the architecture once joined: subtracting the sources' share until then is
@@ -248,6 +268,10 @@ class FamilyHost(nn.Module):
         generator = torch.Generator().manual_seed(int(torch.randint(2**62, ())))  # from the seeded global stream
         consumer = self.net.stages[slot + 1].conv if c_next is not None else self.net.head
         seed.split_from(stage.conv, stage.norm, consumer.weight, generator, split_outgoing=not arch.blocks[slot])
+        if slot > 0 and self.slots[slot - 1].widens:  # live widen seeds side by side: the later one's inlet
+            seed.attach_inlet(self.slots[slot - 1].seed)
+        if slot + 1 < len(self.slots) and self.slots[slot + 1].widens:
+            self.slots[slot + 1].seed.attach_inlet(seed)
         return seed
 
     def join(self, slot: int) -> Assembly:
@@ -257,125 +281,10 @@ class FamilyHost(nn.Module):
             raise ValueError(f"slot {slot} holds no seed to join")
         assembly: Assembly = {}
         if module.widens:
-            assembly = _join_widen(self, slot, module.seed)
+            assembly = join_widen(self, slot, module.seed)
         else:
             self.net.stages[slot].blocks.append(module.seed)
             self.net.arch = self.net.arch.deepened(slot)
         module.clear()
         self.version += 1
         return assembly
-
-
-# --- joining a widen seed ----------------------------------------------------------------------------------
-
-
-def _join_widen(host: FamilyHost, k: int, seed: WidenSeed) -> Assembly:
-    net, assembly = host.net, {}
-    stage, old, extra = net.stages[k], host.arch.widths[k], seed.conv.out_channels
-    new = old + extra
-    _set(stage.conv, "weight", _rows(stage.conv.weight, seed.conv.weight), assembly)
-    _join_norm(stage.norm, seed.norm, assembly)
-    for block in stage.blocks:
-        _widen_block(block, old, new, assembly)
-    consumer = net.stages[k + 1].conv if k + 1 < len(net.stages) else net.head
-    _set(consumer, "weight", _split_cols(consumer.weight, seed), assembly)
-    _widen_neighbours(host, k, extra, assembly)
-    for module in (stage.conv, stage.norm, consumer):
-        sync_shape_attributes(module)
-    net.arch = net.arch.widened(k, new)
-    host.slots[k].channels = new
-    return assembly
-
-
-def _widen_neighbours(host: FamilyHost, k: int, extra: int, assembly: Assembly) -> None:
-    """Live widen seeds that read stage ``k``'s output or write into its conv gain zero weights for the new
-    channels, so they compute what they computed before."""
-    if k + 1 < len(host.slots) and host.slots[k + 1].widens:
-        conv = host.slots[k + 1].seed.conv
-        _set(conv, "weight", _zero_cols(conv.weight, extra), assembly)
-        sync_shape_attributes(conv)
-    if k > 0 and host.slots[k - 1].widens:
-        seed = host.slots[k - 1].seed
-        _set(seed.out, "weight", _zero_rows(seed.out.weight, extra), assembly)
-        seed.share = torch.cat([seed.share, seed.share.new_zeros((extra, *seed.share.shape[1:]))])
-        sync_shape_attributes(seed.out)
-
-
-def _widen_block(block: ResidualBlock, old: int, new: int, assembly: Assembly) -> None:
-    """Give a residual block identity channels: new hidden and output rows are freshly drawn, but every weight
-    from a new channel into an old one is zero and the new output channels' last norm is zero."""
-    for conv in (block.conv1, block.conv2):
-        fresh = nn.Conv2d(new, new - old, 3, padding=1, bias=False).to(conv.weight.device, conv.weight.dtype)
-        weight = torch.zeros(new, new, 3, 3, device=conv.weight.device, dtype=conv.weight.dtype)
-        pieces = [Piece((slice(0, old), slice(0, old)), source=conv.weight),
-                  Piece((slice(old, new),), fresh=fresh.weight.detach())]
-        _set(conv, "weight", _assemble(weight, pieces), assembly)
-        sync_shape_attributes(conv)
-    _grow_norm(block.norm1, new - old, zero=False, assembly=assembly)
-    _grow_norm(block.norm2, new - old, zero=True, assembly=assembly)
-
-
-def _join_norm(norm: nn.BatchNorm2d, seed_norm: nn.BatchNorm2d, assembly: Assembly) -> None:
-    for name in ("weight", "bias"):
-        _set(norm, name, _rows(getattr(norm, name), getattr(seed_norm, name)), assembly)
-    for name in ("running_mean", "running_var"):
-        setattr(norm, name, torch.cat([getattr(norm, name), getattr(seed_norm, name)]))
-    sync_shape_attributes(norm)
-
-
-def _grow_norm(norm: nn.BatchNorm2d, extra: int, zero: bool, assembly: Assembly) -> None:
-    """Append ``extra`` channels: weight 1 (0 when ``zero``), bias 0, running mean 0 and variance 1."""
-    for name, value in (("weight", 0.0 if zero else 1.0), ("bias", 0.0)):
-        old = getattr(norm, name)
-        fresh = torch.full((extra,), value, device=old.device, dtype=old.dtype)
-        _set(norm, name, _assemble(torch.empty(len(old) + extra, device=old.device, dtype=old.dtype),
-                                   [Piece((slice(0, len(old)),), source=old), Piece((slice(len(old), None),),
-                                                                                   fresh=fresh)]), assembly)
-    for name, value in (("running_mean", 0.0), ("running_var", 1.0)):
-        old = getattr(norm, name)
-        setattr(norm, name, torch.cat([old, torch.full((extra,), value, device=old.device, dtype=old.dtype)]))
-    sync_shape_attributes(norm)
-
-
-def _rows(old: nn.Parameter, seed: nn.Parameter) -> tuple[torch.Tensor, list[Piece]]:
-    n = old.shape[0]
-    return (torch.cat([old.detach(), seed.detach()]),
-                   [Piece((slice(0, n),), source=old), Piece((slice(n, None),), source=seed)])
-
-
-def _split_cols(old: nn.Parameter, seed: WidenSeed) -> tuple[torch.Tensor, list[Piece]]:
-    """The next layer's weight after a split: each source column gives up its copies' fixed shares, and the
-    copies' outgoing weights become the new columns."""
-    n, kept = old.shape[1], old.detach().clone()
-    kept.index_add_(1, seed.sources.to(kept.device), -seed.share)
-    return (torch.cat([kept, seed.out.weight.detach()], 1),
-            [Piece((slice(None), slice(0, n)), source=old),
-             Piece((slice(None), slice(n, None)), source=seed.out.weight)])
-
-
-def _zero_cols(old: nn.Parameter, extra: int) -> tuple[torch.Tensor, list[Piece]]:
-    shape = (old.shape[0], extra, *old.shape[2:])
-    zeros = torch.zeros(shape, device=old.device, dtype=old.dtype)
-    return (torch.cat([old.detach(), zeros], 1),
-                   [Piece((slice(None), slice(0, old.shape[1])), source=old),
-                    Piece((slice(None), slice(old.shape[1], None)), fresh=zeros)])
-
-
-def _zero_rows(old: nn.Parameter, extra: int) -> tuple[torch.Tensor, list[Piece]]:
-    zeros = torch.zeros((extra, *old.shape[1:]), device=old.device, dtype=old.dtype)
-    return (torch.cat([old.detach(), zeros]),
-                   [Piece((slice(0, old.shape[0]),), source=old), Piece((slice(old.shape[0], None),), fresh=zeros)])
-
-
-def _assemble(out: torch.Tensor, pieces: list[Piece]) -> tuple[torch.Tensor, list[Piece]]:
-    with torch.no_grad():
-        for piece in pieces:
-            out[piece.where] = piece.source.detach() if piece.source is not None else piece.fresh
-    return out, pieces
-
-
-def _set(module: nn.Module, name: str, built: tuple[torch.Tensor, list[Piece]], assembly: Assembly) -> None:
-    value, pieces = built
-    param = nn.Parameter(value.contiguous())
-    setattr(module, name, param)
-    assembly[param] = pieces

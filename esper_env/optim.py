@@ -32,7 +32,9 @@ class NesterovSGD:
         self.fused = _fused_available(host_params[0].device)
 
     def add_group(self, slot: int, params: list[nn.Parameter]) -> None:
-        self.seeds[slot] = (list(params), [torch.zeros_like(p) for p in params])
+        """Make ``params`` the seed group of ``slot``; parameters the group already held keep their momentum."""
+        held = dict(zip(map(id, self.seeds[slot][0]), self.seeds[slot][1], strict=True)) if slot in self.seeds else {}
+        self.seeds[slot] = (list(params), [held[id(p)] if id(p) in held else torch.zeros_like(p) for p in params])
 
     def remove_group(self, slot: int) -> None:
         self.seeds.pop(slot, None)
@@ -44,7 +46,7 @@ class NesterovSGD:
 
         A parameter the optimizer already holds keeps its momentum, wherever it moves (a joined seed's block
         moves from its seed group to the host). A new one gets momentum assembled as the parameter was
-        (``assembly``: new parameter -> pieces with ``where`` and ``source``, see ``family_host.Piece``): the
+        (``assembly``: new parameter -> pieces with ``where`` and ``source``, see ``family_join.Piece``): the
         old parameters' momentum where it copied them, zero where its values are fresh.
         """
         old = {id(p): b for params, buffers in self._all() for p, b in zip(params, buffers, strict=True)}
