@@ -26,7 +26,7 @@ def step_decay(epochs: float, batches_per_epoch: int) -> float:
 
 
 class WeightAverage:
-    """The running average of a list of parameters, and a way to read through it."""
+    """The running average of a list of tensors (parameters, norm statistics), and a way to read through it."""
 
     def __init__(self, decay: float) -> None:
         if not 0.0 < decay < 1.0:
@@ -37,16 +37,16 @@ class WeightAverage:
         self._raw: list[torch.Tensor] = []
 
     @torch.no_grad()
-    def track(self, params: list[torch.Tensor]) -> None:
-        """Average ``params`` from now on, starting at their current values. The same parameters as before keep
-        their buffers (a captured graph may still read them), which only restart."""
-        detached = [p.detach() for p in params]
-        if [(p.data_ptr(), p.shape) for p in detached] == [(p.data_ptr(), p.shape) for p in self.params]:
+    def track(self, tensors: list[torch.Tensor]) -> None:
+        """Average ``tensors`` (a model's parameters and float buffers, held as themselves so that a copy of
+        the model and of this average stay linked) from now on, starting at their current values. The same
+        tensors as before keep their averages (a captured graph may still read them), which only restart."""
+        if [(t.data_ptr(), t.shape) for t in tensors] == [(t.data_ptr(), t.shape) for t in self.params]:
             self.restart()
             return
-        self.params = detached
-        self.average = [p.clone() for p in self.params]
-        self._raw = [torch.empty_like(p) for p in self.params]
+        self.params = list(tensors)
+        self.average = [t.detach().clone() for t in self.params]
+        self._raw = [torch.empty_like(t) for t in self.params]
 
     @torch.no_grad()
     def restart(self) -> None:

@@ -73,7 +73,7 @@ class WidenSeed(nn.Module):
         self.split = False  # whether the outgoing weights were split (else they and the share start at zero)
         self.inlet: nn.Conv2d | None = None
         """From the previous stage's live widen seed's new channels to these (see :meth:`attach_inlet`)."""
-        self.inlet_share: torch.Tensor | None = None
+        self.register_buffer("inlet_share", None)
 
     @property
     def to_head(self) -> bool:

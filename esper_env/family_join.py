@@ -83,6 +83,7 @@ def _widen_block(block: ResidualBlock, old: int, new: int, assembly: Assembly) -
         fresh = nn.Conv2d(new, new - old, 3, padding=1, bias=False).to(conv.weight.device, conv.weight.dtype)
         weight = torch.zeros(new, new, 3, 3, device=conv.weight.device, dtype=conv.weight.dtype)
         pieces = [Piece((slice(0, old), slice(0, old)), source=conv.weight),
+                  Piece((slice(0, old), slice(old, new)), fresh=weight[:old, old:].clone()),  # new into old: 0
                   Piece((slice(old, new),), fresh=fresh.weight.detach())]
         _set(conv, "weight", _assemble(weight, pieces), assembly)
         sync_shape_attributes(conv)

@@ -98,22 +98,20 @@ class NesterovSGD:
 
     @torch.no_grad()
     def step(self, lr: torch.Tensor) -> None:
-        boosted = [(p.grad, g) for p, g in zip(self.host[0], self.gains, strict=True)
-                   if g is not None and p.grad is not None]
-        if boosted:
-            torch._foreach_mul_([g for g, _ in boosted], [gain for _, gain in boosted])
-        self._update(*self.host, lr[0], self.weight_decay)
+        # Joined entries' gains scale a copy of the gradients: the gradients themselves stay as measured.
+        params, buffers = self.host
+        grads = [p.grad if g is None or p.grad is None else p.grad * g for p, g in zip(params, self.gains, strict=True)]
+        self._update(params, buffers, grads, lr[0], self.weight_decay)
         seed_params = [p for params, _ in self.seeds.values() for p in params]
         seed_buffers = [b for _, buffers in self.seeds.values() for b in buffers]
-        self._update(seed_params, seed_buffers, lr[1], 0.0)
+        self._update(seed_params, seed_buffers, [p.grad for p in seed_params], lr[1], 0.0)
 
-    def _update(self, params: list[nn.Parameter], buffers: list[torch.Tensor], lr: torch.Tensor,
-                weight_decay: float) -> None:
-        pairs = [(p, b) for p, b in zip(params, buffers, strict=True) if p.grad is not None]
-        if not pairs:
+    def _update(self, params: list[nn.Parameter], buffers: list[torch.Tensor], grads: list[torch.Tensor | None],
+                lr: torch.Tensor, weight_decay: float) -> None:
+        kept = [(p, b, g) for p, b, g in zip(params, buffers, grads, strict=True) if g is not None]
+        if not kept:
             return
-        params, buffers = [p for p, _ in pairs], [b for _, b in pairs]
-        grads = [p.grad for p in params]
+        params, buffers, grads = [p for p, _, _ in kept], [b for _, b, _ in kept], [g for _, _, g in kept]
         if self.fused:  # one kernel per group instead of six; zero buffers make "first step" irrelevant
             torch._fused_sgd_(params, grads, buffers, weight_decay=weight_decay, momentum=self.momentum, lr=lr,
                               dampening=0.0, nesterov=True, maximize=False, is_first_step=False)

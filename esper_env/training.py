@@ -118,9 +118,14 @@ class HostTrainer:
         self._track_average()
 
     def _track_average(self) -> None:
-        """Restart the weights' average (``cfg.ema_epochs``) on the model's current parameters, seeds included."""
+        """Restart the weights' average (``cfg.ema_epochs``) on the model's current parameters and float buffers
+        (norm statistics, gathered under the raw weights, are averaged with them), seeds included."""
         if self.average is not None:
-            self.average.track(list(self.model.parameters()))
+            self.average.track(self.averaged_tensors())
+
+    def averaged_tensors(self) -> list[torch.Tensor]:
+        """What the weights' average covers, in its order: every parameter, then every float buffer."""
+        return [*self.model.parameters(), *(b for b in self.model.buffers() if b.is_floating_point())]
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -335,10 +340,13 @@ class HostTrainer:
         self.model.slots[slot].clear()
         self._track_average()
 
-    def join_seed(self, slot: int) -> None:
+    def join_seed(self, slot: int, init_seed: int) -> None:
         """A family host takes the seed in ``slot`` into its own layers (``FamilyHost.join``): the optimizer
-        follows the new shapes with their momentum, and the snapshot is taken again at the new shapes."""
-        assembly = self.model.join(slot)
+        follows the new shapes with their momentum, and the snapshot is taken again at the new shapes. Weights a
+        join draws (a widened stage's residual blocks gain fresh rows) come from ``init_seed``."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(init_seed)
+            assembly = self.model.join(slot)
         if self.device.type == "cuda":
             self.model.to(memory_format=torch.channels_last)
         live = {i: seed_parameters(m) for i, m in enumerate(self.model.slots) if m.seed is not None}

@@ -344,7 +344,7 @@ class EsperVectorEnv(VectorEnv):
                 init_seed = int(self._rngs[i].integers(2**63))
                 trainer.plant_seed(change.slot, change.blueprint, change.gated, init_seed)
             elif change.kind == "join":
-                trainer.join_seed(change.slot)
+                trainer.join_seed(change.slot, int(self._rngs[i].integers(2**63)))
             else:
                 trainer.remove_seed(change.slot)
         self._sync_plan(i)

@@ -36,7 +36,7 @@ def _epoch(trainer: HostTrainer, alpha: float = 0.0) -> list[torch.Tensor]:
     seen = []
     for _ in range(trainer.batches_per_epoch):
         trainer.train_step()
-        seen.append([p.detach().clone() for p in trainer.model.parameters()])
+        seen.append([t.detach().clone() for t in trainer.averaged_tensors()])
     return seen
 
 
@@ -51,7 +51,7 @@ def test_the_decay_makes_the_time_constant_in_epochs() -> None:
 
 def test_the_average_follows_the_trajectory_and_is_read_only_inside_the_swap() -> None:
     trainer = _trainer(0.5)
-    start = [p.detach().clone() for p in trainer.model.parameters()]
+    start = [t.detach().clone() for t in trainer.averaged_tensors()]
     trajectory = _epoch(trainer)
     decay = trainer.average.decay
     expected = start
@@ -59,10 +59,10 @@ def test_the_average_follows_the_trajectory_and_is_read_only_inside_the_swap() -
         expected = [decay * a + (1 - decay) * p for a, p in zip(expected, step, strict=True)]
     for got, want in zip(trainer.average.average, expected, strict=True):
         assert torch.allclose(got, want, atol=1e-6)
-    raw = [p.detach().clone() for p in trainer.model.parameters()]
+    raw = [t.detach().clone() for t in trainer.averaged_tensors()]
     with trainer.average.swapped_in():
-        assert all(torch.equal(p, a) for p, a in zip(trainer.model.parameters(), trainer.average.average, strict=True))
-    assert all(torch.equal(p, r) for p, r in zip(trainer.model.parameters(), raw, strict=True))
+        assert all(torch.equal(t, a) for t, a in zip(trainer.averaged_tensors(), trainer.average.average, strict=True))
+    assert all(torch.equal(t, r) for t, r in zip(trainer.averaged_tensors(), raw, strict=True))
 
 
 def test_reading_the_average_changes_what_is_read_but_no_training() -> None:
@@ -71,7 +71,7 @@ def test_reading_the_average_changes_what_is_read_but_no_training() -> None:
         for _ in range(2):
             _epoch(trainer)
             trainer.evaluate()
-    for a, b in zip(plain.model.parameters(), averaged.model.parameters(), strict=True):
+    for a, b in zip(plain.averaged_tensors(), averaged.averaged_tensors(), strict=True):
         assert torch.equal(a, b)  # the swap hands the raw weights back exactly
     evals = slice(plain.layout.eval.start, plain.layout.eval.start + 2)
     assert not torch.equal(plain.metrics[evals], averaged.metrics[evals])
@@ -83,12 +83,20 @@ def test_the_average_restarts_when_the_weights_change() -> None:
     buffers = trainer.average.average
     trainer.remove_seed(0)  # an empty slot: the same parameters keep their buffers (a graph may read them)
     assert trainer.average.average is buffers
-    assert all(torch.equal(a, p) for a, p in zip(buffers, trainer.model.parameters(), strict=True))
+    assert all(torch.equal(a, p) for a, p in zip(buffers, trainer.averaged_tensors(), strict=True))
     trainer.plant_seed(1, WIDEN, gated=False, init_seed=7)
-    assert len(trainer.average.average) == len(list(trainer.model.parameters())) > len(buffers)
+    assert len(trainer.average.average) == len(trainer.averaged_tensors()) > len(buffers)
     _epoch(trainer, alpha=1.0)
-    trainer.join_seed(1)
-    assert all(torch.equal(a, p) for a, p in zip(trainer.average.average, trainer.model.parameters(), strict=True))
+    trainer.join_seed(1, init_seed=8)
+    assert all(torch.equal(a, p) for a, p in zip(trainer.average.average, trainer.averaged_tensors(), strict=True))
     _epoch(trainer)
     trainer.restore_snapshot()
-    assert all(torch.equal(a, p) for a, p in zip(trainer.average.average, trainer.model.parameters(), strict=True))
+    assert all(torch.equal(a, p) for a, p in zip(trainer.average.average, trainer.averaged_tensors(), strict=True))
+
+
+def test_a_copied_trainer_averages_its_own_weights() -> None:
+    import copy
+
+    trainer = _trainer(0.5)
+    twin = copy.deepcopy(trainer)
+    assert all(a is b for a, b in zip(twin.average.params, twin.averaged_tensors(), strict=True))

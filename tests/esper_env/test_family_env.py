@@ -8,6 +8,7 @@ import math
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 from esper_env.architecture import Architecture, param_count
 from esper_env.blueprints import FAMILY_BLUEPRINTS
@@ -132,3 +133,20 @@ def test_a_widen_seed_is_mixed_in_from_germination() -> None:
         assert info["alpha"][0][2] == 1.0
     assert stages == [Stage.TRAINING, Stage.BLENDING, Stage.HOLDING]
     assert norms[0] != norms[1] != norms[2]  # learning from its first epoch
+
+
+def test_a_join_draws_its_weights_from_the_episode_not_the_global_stream() -> None:
+    # Widening a stage with a residual block draws the block's new rows: from the sub-env's own stream, so an
+    # agent drawing from torch's global generator between steps changes nothing.
+    def run(disturb: bool) -> list[torch.Tensor]:
+        env = _env(1, family_blocks=(0, 1, 1), max_blocks=(0, 1, 1), fossilize_min_contribution=-100.0)
+        _, info = env.reset(seed=1)
+        for _ in range(KWARGS["max_epochs"]):
+            if disturb:
+                torch.rand(7)
+            _, _, _, _, info = env.step(_grow(info, FAMILY["widen_s"], 1))
+        model = env.unwrapped._engine.trainers[0].model
+        assert model.arch.widths[1] > 32  # it joined a widened block
+        return [p.detach().clone() for p in model.parameters()]
+
+    assert all(torch.equal(a, b) for a, b in zip(run(False), run(True), strict=True))

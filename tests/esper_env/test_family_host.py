@@ -238,7 +238,10 @@ def test_joined_entries_keep_learning_faster() -> None:
     conv, nxt = moved["net.stages.1.conv.weight"], moved["net.stages.2.conv.weight"]
     assert torch.allclose(conv[:rows], torch.ones(())) and torch.allclose(conv[rows:], torch.full((), 2.0))
     assert torch.allclose(nxt[:, :rows], torch.ones(())) and torch.allclose(nxt[:, rows:], torch.full((), 2.0))
-    assert torch.allclose(moved["net.stages.1.blocks.0.conv1.weight"][rows:], torch.full((), 2.0))  # fresh rows
+    block = moved["net.stages.1.blocks.0.conv1.weight"]
+    assert torch.allclose(block[rows:], torch.full((), 2.0))  # fresh rows
+    assert torch.allclose(block[:rows, rows:], torch.full((), 2.0))  # and the zeros from new channels into old
+    assert all(torch.equal(p.grad, torch.ones_like(p)) for p in host.parameters())  # the gradients as measured
     assert torch.allclose(moved["net.stages.2.blocks.0.conv1.weight"], torch.full((), 2.0))  # a joined block
     assert torch.allclose(moved["net.stages.0.conv.weight"], torch.ones(()))  # untouched by growth
 
@@ -261,6 +264,7 @@ def test_splits_side_by_side_keep_the_function_at_birth_and_at_each_join(order: 
         assert torch.allclose(host(x, alphas, flags), before, rtol=1e-4, atol=1e-5), f"planting {slot}"
         _train_a_little(host)  # the live seeds' contributions are far from zero
     assert host.slots[1].seed.inlet is not None and host.slots[0].seed.inlet is None
+    assert "inlet_share" in host.slots[1].seed.state_dict()  # a buffer: it moves with the host
     for slot in reversed(order):
         host.eval()
         before = host(x, alphas, flags)
