@@ -114,7 +114,9 @@ def _grow(epoch: int, *rounds: tuple[str, tuple[int, ...]]) -> tuple[tuple, ...]
 def family_arms() -> tuple[Arm, ...]:
     """The acceptance screen of the task's version 2 (``esper_env.FAMILY_TASK``, 20 epochs): the static frontier,
     growth plans (early, staged, late; width-first, depth-first), the heuristic and random. ``grow-x4@E`` plants
-    ``widen_l`` in every stage from epoch E (0, 2, 5, 10: 0, 10, 25, 50% of the episode), reaching 64/128/128."""
+    ``widen_l`` in every stage from epoch E (0, 2, 5, 10: 0, 10, 25, 50% of the episode), reaching 64/128/128;
+    ``grow-x2-deep@0`` grows to the medium net, ``grow-x2-x2@10`` doubles every stage at once and again at half
+    time."""
     statics = tuple(Arm(f"static-{name}" if name != "seedling" else SEEDLING_ARM, "static",
                         {} if name == "seedling" else {"start_widths": list(w), "start_blocks": list(b)})
                     for name, (w, b) in FAMILY_SIZES.items())
@@ -126,6 +128,9 @@ def family_arms() -> tuple[Arm, ...]:
         Arm("grow-deep-x4@0", "plan", plan=_grow(0, ("deepen", deep), ("widen_l", every)), twin="static-final"),
         Arm("grow-largest@0", "plan", plan=_grow(0, ("widen_l", every), ("widen_s", deep), ("deepen", deep)),
             twin="static-largest"),
+        Arm("grow-x2-deep@0", "plan", plan=_grow(0, ("widen_s", every), ("deepen", deep)), twin="static-medium"),
+        Arm("grow-x2-x2@10", "plan", plan=_grow(0, ("widen_s", every)) + _grow(10, ("widen_s", every)),
+            twin="static-wide"),
     )
     return (*statics, *plans, Arm("heuristic", "heuristic"), Arm("random", "random"))
 
