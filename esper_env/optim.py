@@ -74,14 +74,14 @@ class NesterovSGD:
             return None
         if id(param) in gains or id(param) in seeded:
             return gains.get(id(param), torch.full_like(param, self.joined_gain))
-        gain = torch.ones_like(param)
+        gain, boosted = torch.ones_like(param), False  # known from the pieces: no device sync to find out
         for piece in assembly.get(param, ()):
             source = piece.source
             if source is None or id(source) in seeded:
-                gain[piece.where] = self.joined_gain
+                gain[piece.where], boosted = self.joined_gain, True
             elif id(source) in gains:
-                gain[piece.where] = gains[id(source)]
-        return gain if bool((gain != 1.0).any()) else None
+                gain[piece.where], boosted = gains[id(source)], True
+        return gain if boosted else None
 
     def _all(self) -> list[tuple[list[nn.Parameter], list[torch.Tensor]]]:
         return [self.host, *self.seeds.values()]
