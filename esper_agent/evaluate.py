@@ -103,9 +103,9 @@ class TimelineRecorder:
     then names the keys it lacked."""
 
     def __init__(self, driver: VectorEnvDriver, max_epochs: int | None = None) -> None:
-        self.num_slots, self.max_epochs = driver.num_slots, max_epochs
+        self.num_slots, self.max_epochs, self.host = driver.num_slots, max_epochs, env_host(driver.envs)
         self.same_step = driver.mode == AutoresetMode.SAME_STEP
-        self.current = [Timeline.start(self.num_slots, max_epochs) for _ in range(driver.num_envs)]
+        self.current = [Timeline.start(self.num_slots, max_epochs, self.host) for _ in range(driver.num_envs)]
         self.finished: list[list[Timeline]] = [[] for _ in range(driver.num_envs)]
         self.missing: list[str] = []
 
@@ -122,7 +122,7 @@ class TimelineRecorder:
             self.current[i].add(split_vector_info(source, i))
             if done[i]:
                 self.finished[i].append(self.current[i])
-                self.current[i] = Timeline.start(self.num_slots, self.max_epochs)
+                self.current[i] = Timeline.start(self.num_slots, self.max_epochs, self.host)
 
     def timelines_of(self, records: Sequence[EpisodeRecord]) -> list[Timeline]:
         """The timeline of each of ``records``, which :func:`run_episodes` returns as the first episodes each

@@ -20,16 +20,17 @@ from typing import NamedTuple
 import numpy as np
 
 from esper_agent.collect import EpisodeRecord
+from esper_env.blueprints import catalogue
 from esper_env.lifecycle import COOLDOWN, LIVE, Stage
 from esper_env.render import EpisodeRecord as Timeline
 from esper_env.render import episode_events
-from esper_env.spaces import BLUEPRINT_NAMES, Op
+from esper_env.spaces import Op
 
 # Two-sided 95% Student-t quantiles for 1..30 degrees of freedom (larger samples use 1.96).
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
         2.045, 2.042)
-UNKNOWN_BLUEPRINT = "unknown"  # not reported (planted in a step that rolled back) or outside BLUEPRINT_NAMES
+UNKNOWN_BLUEPRINT = "unknown"  # not reported (planted in a step that rolled back) or outside the catalogue
 TEST_HINT = " (Esper measures it at the last epoch with the env kwarg report_test_accuracy=true)"
 
 
@@ -48,7 +49,7 @@ def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
 class SeedEvent(NamedTuple):
     step: int  # index into the timeline's lists
     slot: int
-    blueprint: str  # name in esper_env.spaces.BLUEPRINT_NAMES, or UNKNOWN_BLUEPRINT
+    blueprint: str  # name in the episode's host's catalogue (esper_env.blueprints.catalogue), or UNKNOWN_BLUEPRINT
     kind: str  # "planted", "fossilized", "pruned", "holding_timeout" or "rolled_back"
 
 
@@ -86,8 +87,9 @@ class LifecycleCounts(NamedTuple):
     total: SeedCounts
 
 
-def _blueprint_name(index: int) -> str:
-    return BLUEPRINT_NAMES[index] if 0 <= index < len(BLUEPRINT_NAMES) else UNKNOWN_BLUEPRINT
+def _blueprint_name(timeline: Timeline, index: int) -> str:
+    name = timeline.blueprint_name(index)
+    return UNKNOWN_BLUEPRINT if name == "?" else name
 
 
 def seed_events(timeline: Timeline) -> list[SeedEvent]:
@@ -98,7 +100,7 @@ def seed_events(timeline: Timeline) -> list[SeedEvent]:
         kind = _FROM_RENDER[event.kind]
         step = event.step if kind in ("planted", "fossilized") else event.step - 1
         index = timeline.blueprint[step][event.slot] if step >= 0 else -1
-        events.append(SeedEvent(event.step, event.slot, _blueprint_name(index), kind))
+        events.append(SeedEvent(event.step, event.slot, _blueprint_name(timeline, index), kind))
     return sorted(events + _rollback_events(timeline))
 
 
@@ -112,7 +114,7 @@ def _rollback_events(timeline: Timeline) -> list[SeedEvent]:
             if now not in COOLDOWN:
                 continue
             if before in LIVE:
-                events.append(SeedEvent(step, slot, _blueprint_name(timeline.blueprint[step - 1][slot]),
+                events.append(SeedEvent(step, slot, _blueprint_name(timeline, timeline.blueprint[step - 1][slot]),
                                         "rolled_back"))
             elif before == Stage.DORMANT:
                 events.append(SeedEvent(step, slot, UNKNOWN_BLUEPRINT, "planted"))
@@ -122,7 +124,8 @@ def _rollback_events(timeline: Timeline) -> list[SeedEvent]:
 
 def count_seeds(timelines: Sequence[Timeline]) -> LifecycleCounts:
     """Seed fates over every episode, by blueprint and by slot."""
-    by_blueprint = {name: SeedCounts() for name in BLUEPRINT_NAMES}
+    hosts = dict.fromkeys(t.host for t in timelines) or {"small": None}
+    by_blueprint = {b.name: SeedCounts() for host in hosts for b in catalogue(host)}
     by_slot = {slot: SeedCounts() for slot in range(max((t.num_slots for t in timelines), default=0))}
     total = SeedCounts()
     for timeline in timelines:

@@ -33,8 +33,9 @@ from matplotlib.patheffects import withStroke
 from matplotlib.ticker import MaxNLocator, NullLocator
 from PIL import Image
 
+from esper_env.blueprints import catalogue
+from esper_env.config import HOSTS
 from esper_env.lifecycle import COOLDOWN, LIVE, SEEDED, Stage
-from esper_env.spaces import BLUEPRINT_NAMES
 
 RENDER_FPS = 4  # one frame per host epoch; 4 fps plays a 25-epoch episode in about 6 s
 RENDER_METADATA: dict[str, Any] = {"render_modes": ["rgb_array"], "render_fps": RENDER_FPS}
@@ -68,12 +69,20 @@ class EpisodeRecord:
     contribution: list[list[float]] = field(default_factory=list)  # pp, NaN when not measured that step
     holding_timeout: list[list[bool]] = field(default_factory=list)
     test_accuracy: float | None = None
+    host: str = "small"  # the host kind (``EnvConfig.host``): its catalogue names the blueprint values
 
     @classmethod
-    def start(cls, num_slots: int, max_epochs: int | None = None) -> EpisodeRecord:
+    def start(cls, num_slots: int, max_epochs: int | None = None, host: str = "small") -> EpisodeRecord:
         if num_slots < 1 or (max_epochs is not None and max_epochs < 1):
             raise ValueError(f"num_slots={num_slots}, max_epochs={max_epochs}; expected >= 1 (max_epochs or None)")
-        return cls(num_slots=num_slots, max_epochs=max_epochs)
+        if host not in HOSTS:
+            raise ValueError(f"host={host!r}; expected one of {HOSTS}")
+        return cls(num_slots=num_slots, max_epochs=max_epochs, host=host)
+
+    def blueprint_name(self, index: int) -> str:
+        """The name of blueprint value ``index`` in this episode's host's catalogue; "?" for none."""
+        names = catalogue(self.host)
+        return names[index].name if 0 <= index < len(names) else "?"
 
     def add(self, step_info: Mapping[str, Any]) -> None:
         """Append one step from the unbatched info of one env (what the single env's ``step`` returns)."""
@@ -147,7 +156,7 @@ def episode_events(record: EpisodeRecord) -> list[Event]:
             if record.holding_timeout[step][slot]:
                 events.append(Event(step, slot, "holding_timeout", _fate_label(record, step - 1, slot)))
             elif before not in SEEDED and stage in SEEDED:
-                events.append(Event(step, slot, "germinate", _blueprint_name(bp)))
+                events.append(Event(step, slot, "germinate", record.blueprint_name(bp)))
             elif stage == Stage.FOSSILIZED and before != Stage.FOSSILIZED:
                 events.append(Event(step, slot, "fossilize", _fate_label(record, step, slot)))
             elif before in LIVE and stage in COOLDOWN and not record.rollback[step]:
@@ -156,13 +165,9 @@ def episode_events(record: EpisodeRecord) -> list[Event]:
     return events
 
 
-def _blueprint_name(index: int) -> str:
-    return BLUEPRINT_NAMES[index] if 0 <= index < len(BLUEPRINT_NAMES) else "?"
-
-
 def _fate_label(record: EpisodeRecord, step: int, slot: int) -> str:
     """Blueprint of the seed alive at ``step``, with its last measured contribution (pp) if any."""
-    name = _blueprint_name(record.blueprint[step][slot]) if step >= 0 else "?"
+    name = record.blueprint_name(record.blueprint[step][slot]) if step >= 0 else "?"
     while step >= 0 and record.stage[step][slot] in SEEDED:
         if math.isfinite(value := record.contribution[step][slot]):
             return f"{name} {value:+.1f}pp"
@@ -374,12 +379,12 @@ def _write_png(rgb: np.ndarray, path: Path) -> Path:
 class Renderer:
     """Records one env's steps and draws the episode so far; the frame is cached until the next step."""
 
-    def __init__(self, num_slots: int, max_epochs: int, title: str = "") -> None:
-        self.title = title
+    def __init__(self, num_slots: int, max_epochs: int, title: str = "", host: str = "small") -> None:
+        self.title, self.host = title, host
         self.reset(num_slots, max_epochs)
 
     def reset(self, num_slots: int, max_epochs: int) -> None:
-        self.record = EpisodeRecord.start(num_slots, max_epochs)
+        self.record = EpisodeRecord.start(num_slots, max_epochs, self.host)
         self._frame: np.ndarray | None = None
 
     def step(self, info: Mapping[str, Any]) -> None:

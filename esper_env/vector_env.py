@@ -77,8 +77,8 @@ class EsperVectorEnv(VectorEnv):
         self.num_envs, self.render_mode = num_envs, render_mode
         if render_mode not in (None, *RENDER_METADATA["render_modes"]):
             raise ValueError(f"render_mode={render_mode!r}; expected None or one of {RENDER_METADATA['render_modes']}")
-        self._renderers = [Renderer(cfg.num_slots, cfg.max_epochs, title=f"sub-env {i}" if num_envs > 1 else "")
-                           for i in range(num_envs)] if render_mode else []
+        self._renderers = [Renderer(cfg.num_slots, cfg.max_epochs, title=f"sub-env {i}" if num_envs > 1 else "",
+                                    host=cfg.host) for i in range(num_envs)] if render_mode else []
         self.single_action_space = spaces.action_space(cfg.num_slots)
         self.action_space = batch_space(self.single_action_space, num_envs)
         self.single_observation_space = spaces.observation_space(cfg.num_slots)

@@ -216,3 +216,20 @@ def test_an_env_without_lifecycle_info_gets_the_table_only(tmp_path: Path, capsy
 def test_evaluate_refuses_inconsistent_flags(argv: list[str], message: str) -> None:
     with pytest.raises(SystemExit, match=re.escape(message)):
         evaluate.main(argv)
+
+
+def test_a_family_episode_names_its_blueprints_in_the_familys_catalogue(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    kwargs = {**TINY, "host": "family", "max_epochs": 4}
+    assert evaluate.main(["--policy", "heuristic", "--env", "Esper-Synthetic-v0", "--env-kwargs",
+                          json.dumps(kwargs), "--num-envs", "1", "--episodes", "1"]) == 0
+    folder = tmp_path / "Esper-Synthetic-v0.heuristic.eval"
+    report = (folder / "report.md").read_text()
+    assert "| widen_l |" in report and "| conv_small |" not in report
+    saved = json.loads((folder / "episodes.json").read_text())["episodes"][0]
+    assert saved["host"] == "family" and Timeline.from_json(saved).blueprint_name(0) == "deepen"
+    old = {k: v for k, v in saved.items() if k != "host"}  # a timeline saved before episodes named their host
+    assert Timeline.from_json(old).blueprint_name(0) == BLUEPRINT_NAMES[0]
+    with pytest.raises(ValueError, match="host='tiny'"):
+        Timeline.start(2, host="tiny")
