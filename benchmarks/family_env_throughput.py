@@ -23,8 +23,9 @@ observation, masks, resets at episode ends) after warm-up steps: ``--steps`` ste
 episode's worth (``--epochs``) for the growth cases. images/s = images trained in the timed steps / their wall
 seconds (the policy's choice of actions included: microseconds against the step's seconds); every step ends in
 the env's one host sync, and the timed region is CUDA-synchronised at both ends.
-Each env row also says where its time went: graph captures (``graph_captures``) and seconds in the step and in
-its engine part (training + validation; ``env.timings``). ``ratios`` divide each env rate by its case's bare
+Each env row also says where its time went: graph captures (``graph_captures``) and seconds in the step, in
+its engine part (training + validation), in capturing graphs and in planting, joining and removing seeds
+(``env.timings``). ``ratios`` divide each env rate by its case's bare
 rates; the goal for this host: ``random`` at 8 sub-envs at least 0.70 of ``graphs``.
 
     python -m benchmarks.family_env_throughput --num-envs 1 8 --out family_env_throughput.json
@@ -184,6 +185,7 @@ def env_run(env_id: str, kwargs: dict[str, Any], num_envs: int, case: str, steps
            "images": images, "seconds": seconds, "images_per_s": images / seconds,
            "graph_captures": env.graph_captures - captures, "step_s": env.timings["step"],
            "engine_s": env.timings["engine"], "outside_engine_s": env.timings["step"] - env.timings["engine"],
+           "capture_s": env.timings["capture"], "changes_s": env.timings["changes"],
            "ops": dict(ops), "architectures": len({a for archs in trajectory for a in archs}),
            "batch": shape.batch_size, "batches_per_step": shape.batches_per_epoch,
            "image_size": env.dataset_spec.image_size, "trajectory": [list(archs) for archs in trajectory]}
@@ -262,19 +264,26 @@ def markdown(result: dict) -> str:
              f"{first['batch']}, {first['image_size']} px), episodes of {result['episode_epochs']} epochs. "
              "Bare rows train the same architectures (growth cases: replayed step for step).", "",
              "| sub-envs | case | env images/s | plain images/s | graphs images/s | env / plain | env / graphs "
-             "| joins | captures | outside engine |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| joins | captures | capturing | seed changes | outside engine |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in (r for r in rows if r["runner"] == "env"):
         key, ratio = (r["num_envs"], r["case"]), of[(r["num_envs"], r["case"])]
         cells = [_num(bare.get(("plain", *key))), _num(bare.get(("graphs", *key))),
                  _ratio(ratio["env_over_plain"]), _ratio(ratio["env_over_graphs"])]
         lines.append(f"| {r['num_envs']} | {r['case']} | {_num(r['images_per_s'])} | {' | '.join(cells)} | "
                      f"{r['ops'].get('fossilize', 0)} | {r['graph_captures']} | "
-                     f"{100 * r['outside_engine_s'] / r['step_s']:.1f}% |")
+                     f"{_share(r.get('capture_s'), r['step_s'])} | {_share(r.get('changes_s'), r['step_s'])} | "
+                     f"{_share(r['outside_engine_s'], r['step_s'])} |")
     goal = of.get((8, "random"), {}).get("env_over_graphs")
     if goal is not None:
         lines += ["", f"Goal (random growth, 8 sub-envs, env / graphs >= {GOAL:.2f}): {goal:.2f}, "
                   f"{'met' if goal >= GOAL else 'not met'}."]
     return "\n".join(lines) + "\n"
+
+
+def _share(seconds: float | None, of: float) -> str:
+    """``seconds`` as a percentage of ``of`` ("-" where not measured: rows from before the column existed)."""
+    return "-" if seconds is None else f"{100 * seconds / of:.1f}%"
 
 
 def _num(value: float | None) -> str:

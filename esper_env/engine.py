@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -123,6 +124,7 @@ class Engine:
             torch.cuda.synchronize()  # sync: setup only; shared tensors are ready before any stream reads them
         self._graphs: list[GraphSet | None] = [None] * num_envs
         self.captures = 0
+        self.capture_seconds = 0.0  # host time spent capturing graphs (the eager warm-up batch not included)
         self._pools = [self._open_pool(i) for i in range(num_envs)] if self.use_graphs else []
         self._closed = False
         Engine._open_graph_engines += self.use_graphs
@@ -250,12 +252,14 @@ class Engine:
 
     def _capture(self, fn: Callable[[], None], index: int) -> torch.cuda.CUDAGraph:
         self.captures += 1
+        start = time.perf_counter()
         graph = torch.cuda.CUDAGraph()
         graph.capture_begin(pool=self._pools[index][0], capture_error_mode="thread_local")
         try:
             fn()
         finally:
             graph.capture_end()
+            self.capture_seconds += time.perf_counter() - start
         return graph
 
     def release_graphs(self, i: int) -> None:

@@ -100,7 +100,9 @@ class EsperVectorEnv(VectorEnv):
         self._op_slot = np.zeros((num_envs, len(spaces.Op), cfg.num_slots), dtype=bool)
         self._blueprint_mask = np.ones((num_envs, cfg.num_slots, len(spaces.BLUEPRINT_NAMES)), dtype=bool)
         self._blend_mask = np.ones((*self._blueprint_mask.shape, len(BLEND_CURVES)), dtype=bool)
-        self.timings: Counter[str] = Counter()  # seconds in "step" and in its "engine" part (training + validation)
+        # Seconds in "step"; in its "engine" part (training + validation), of which "capture" went to capturing
+        # CUDA graphs; and in "changes" (planting, joining, removing seeds).
+        self.timings: Counter[str] = Counter()
 
     # --- public API beyond Gymnasium's ----------------------------------------------------------------------
     @property
@@ -239,9 +241,10 @@ class EsperVectorEnv(VectorEnv):
         test = [i for i in active if self.config.report_test_accuracy
                 and self._episodes[i].epoch + 1 == self.config.max_epochs]
         controls = {i: self._epoch_control(i) for i in active}
-        engine_start = time.perf_counter()
+        engine_start, captured = time.perf_counter(), self._engine.capture_seconds
         metrics = self._engine.run_epoch(controls, test)
         self.timings["engine"] += time.perf_counter() - engine_start
+        self.timings["capture"] += self._engine.capture_seconds - captured
         for i in active:
             self._finish_step(i, records[i], self._engine.trainers[i].read_measurement(metrics[i], i in test))
         return self._autoreset(records)
@@ -338,6 +341,11 @@ class EsperVectorEnv(VectorEnv):
         return info
 
     def _apply_changes(self, i: int, changes: list[ModuleChange]) -> None:
+        start = time.perf_counter()
+        self._change_modules(i, changes)
+        self.timings["changes"] += time.perf_counter() - start
+
+    def _change_modules(self, i: int, changes: list[ModuleChange]) -> None:
         trainer = self._engine.trainers[i]
         for change in changes:
             if change.kind == "plant":

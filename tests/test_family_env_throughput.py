@@ -46,6 +46,7 @@ def test_every_case_runs_on_the_cpu_against_the_plain_loop(tmp_path: Path) -> No
         assert rows[("plain", case)]["images_per_s"] > 0
     grow = rows[("env", "grow")]
     assert grow["ops"]["fossilize"] > 0 and grow["architectures"] > 1  # seeds joined, shapes changed
+    assert grow["changes_s"] > 0 and grow["capture_s"] == 0  # its joins took time; nothing is captured on a CPU
     assert rows[("plain", "grow")]["steps"] == 7 * 2  # the growth replay: every step's two batches
     assert rows[("plain", "seedling")]["steps"] == 2  # the WAIT cases: --baseline-batches
     largest = rows[("plain", "largest")]["arch"]
