@@ -39,8 +39,9 @@ from esper_agent.normalize import ObservationNormalizer
 from esper_agent.policy import RecurrentPolicy
 from esper_agent.report import build_report, mean_ci95
 from esper_agent.selection import kept_policy
+from esper_env.info import split_vector_info
 from esper_env.render import EpisodeRecord as Timeline
-from esper_env.render import split_vector_info, write_contact_sheet, write_episode_png
+from esper_env.render import write_contact_sheet, write_episode_png
 
 POLICIES = ("checkpoint", "static", "random", "heuristic")
 StepCallback = Callable[[EnvStep, Mapping[str, Any]], None]

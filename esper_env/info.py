@@ -9,7 +9,9 @@ mode).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -116,3 +118,15 @@ def _row(record: StepRecord | None, ep: Episode, seed_params: float, num_slots: 
                          for s in ep.slots],
         "holding_timeout": (record.holding_timeout if record and record.holding_timeout else [False] * num_slots),
     }
+
+
+def split_vector_info(info: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """Sub-env ``index``'s unbatched info from a vector info dict; keys whose ``_k`` mask is False are left out."""
+    out: dict[str, Any] = {}
+    for key, value in info.items():
+        mask = info.get(f"_{key}")
+        if key.startswith("_") or (mask is not None and not mask[index]):
+            continue
+        item = split_vector_info(value, index) if isinstance(value, Mapping) else value[index]
+        out[key] = item.copy() if isinstance(item, np.ndarray) else item
+    return out

@@ -73,16 +73,14 @@ class EpisodeRecord:
 
     @classmethod
     def start(cls, num_slots: int, max_epochs: int | None = None, host: str = "small") -> EpisodeRecord:
-        if num_slots < 1 or (max_epochs is not None and max_epochs < 1):
-            raise ValueError(f"num_slots={num_slots}, max_epochs={max_epochs}; expected >= 1 (max_epochs or None)")
-        if host not in HOSTS:
-            raise ValueError(f"host={host!r}; expected one of {HOSTS}")
+        if num_slots < 1 or (max_epochs is not None and max_epochs < 1) or host not in HOSTS:
+            raise ValueError(f"num_slots={num_slots}, max_epochs={max_epochs}, host={host!r}; expected >= 1 "
+                             f"(max_epochs or None) and a host in {HOSTS}")
         return cls(num_slots=num_slots, max_epochs=max_epochs, host=host)
 
     def blueprint_name(self, index: int) -> str:
         """The name of blueprint value ``index`` in this episode's host's catalogue; "?" for none."""
-        names = catalogue(self.host)
-        return names[index].name if 0 <= index < len(names) else "?"
+        return catalogue(self.host)[index].name if 0 <= index < len(catalogue(self.host)) else "?"
 
     def add(self, step_info: Mapping[str, Any]) -> None:
         """Append one step from the unbatched info of one env (what the single env's ``step`` returns)."""
@@ -125,18 +123,6 @@ def _none_to_nan(value: Any) -> Any:
     if isinstance(value, list):
         return [_none_to_nan(v) for v in value]
     return math.nan if value is None else float(value)
-
-
-def split_vector_info(info: Mapping[str, Any], index: int) -> dict[str, Any]:
-    """Sub-env ``index``'s unbatched info from a vector info dict; keys whose ``_k`` mask is False are left out."""
-    out: dict[str, Any] = {}
-    for key, value in info.items():
-        mask = info.get(f"_{key}")
-        if key.startswith("_") or (mask is not None and not mask[index]):
-            continue
-        item = split_vector_info(value, index) if isinstance(value, Mapping) else value[index]
-        out[key] = item.copy() if isinstance(item, np.ndarray) else item
-    return out
 
 
 class Event(NamedTuple):

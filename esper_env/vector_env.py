@@ -35,10 +35,10 @@ from esper_env.episode import (
 )
 from esper_env.growth import GrowthLedger, growth_info
 from esper_env.host import host_param_count
-from esper_env.info import StepRecord, build_step_info, only_rows, reset_info
+from esper_env.info import StepRecord, build_step_info, only_rows, reset_info, split_vector_info
 from esper_env.lifecycle import BLEND_CURVES, ForwardMode, slot_mode
 from esper_env.observation import observe
-from esper_env.render import RENDER_METADATA, Renderer, split_vector_info
+from esper_env.render import RENDER_METADATA, Renderer
 from esper_env.rewards import RewardInputs, potential, step_reward
 from esper_env.schedule import step_factors
 from esper_env.seeds import param_table
@@ -100,8 +100,7 @@ class EsperVectorEnv(VectorEnv):
         self._op_slot = np.zeros((num_envs, len(spaces.Op), cfg.num_slots), dtype=bool)
         self._blueprint_mask = np.ones((num_envs, cfg.num_slots, len(spaces.BLUEPRINT_NAMES)), dtype=bool)
         self._blend_mask = np.ones((*self._blueprint_mask.shape, len(BLEND_CURVES)), dtype=bool)
-        # Seconds in "step"; in its "engine" part (training + validation), of which "capture" went to capturing
-        # CUDA graphs; and in "changes" (planting, joining, removing seeds).
+        # seconds in "step", its "engine" part (of which "capture": graph captures), "changes" (seeds planted etc.)
         self.timings: Counter[str] = Counter()
 
     # --- public API beyond Gymnasium's ----------------------------------------------------------------------
@@ -289,17 +288,15 @@ class EsperVectorEnv(VectorEnv):
         self._refresh_view(i)
 
     def _reward_inputs(self, i: int, record: StepRecord, rollback: bool) -> RewardInputs:
-        ep = self._episodes[i]
+        ep, m = self._episodes[i], self._episodes[i].measurement
         previous_accuracy, previous_params, previous_potential = record.previous
-        m = ep.measurement
         growth = self._growth and not rollback
         previous_cost, cost = self._growth[i].charge(self._params(i)) if growth else (0.0, 0.0)
         return RewardInputs(
             accuracy=m.val_accuracy if m else self._chance(i), previous_accuracy=previous_accuracy,
             seed_params=self._seed_params(i), previous_seed_params=previous_params,
             host_params=self.host_params, potential=potential(ep.stages, self.config),
-            previous_potential=previous_potential,
-            contributions=measured_contributions(ep),
+            previous_potential=previous_potential, contributions=measured_contributions(ep),
             pruned_contribution=record.pruned_contribution, executed_op=record.op != spaces.Op.WAIT,
             invalid=not record.valid, last_step=ep.done, rollback=rollback, cost=cost, previous_cost=previous_cost,
         )
@@ -341,12 +338,7 @@ class EsperVectorEnv(VectorEnv):
         return info
 
     def _apply_changes(self, i: int, changes: list[ModuleChange]) -> None:
-        start = time.perf_counter()
-        self._change_modules(i, changes)
-        self.timings["changes"] += time.perf_counter() - start
-
-    def _change_modules(self, i: int, changes: list[ModuleChange]) -> None:
-        trainer = self._engine.trainers[i]
+        start, trainer = time.perf_counter(), self._engine.trainers[i]
         for change in changes:
             if change.kind == "plant":
                 init_seed = int(self._rngs[i].integers(2**63))
@@ -356,6 +348,7 @@ class EsperVectorEnv(VectorEnv):
             else:
                 trainer.remove_seed(change.slot)
         self._sync_plan(i)
+        self.timings["changes"] += time.perf_counter() - start
 
     def _sync_plan(self, i: int) -> None:
         blended = tuple(slot_mode(s) in (ForwardMode.BLEND, ForwardMode.FULL) for s in self._episodes[i].slots)

@@ -18,6 +18,7 @@ from PIL import Image
 
 import esper_env  # noqa: F401  (registers the ids)
 from esper_env.env import EsperEnv
+from esper_env.info import split_vector_info
 from esper_env.lifecycle import Stage
 from esper_env.render import (
     RENDER_METADATA,
@@ -26,7 +27,6 @@ from esper_env.render import (
     draw_episode,
     episode_events,
     frame_size,
-    split_vector_info,
     write_contact_sheet,
     write_episode_png,
 )
