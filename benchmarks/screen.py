@@ -22,13 +22,18 @@ Work comes in groups, one per (arm, condition): all the seeds of a group play as
 so the GPU runs wide batches. ``--shard i/n`` deals the groups to ``n`` processes by estimated cost
 (``benchmarks.screen_shards``), the same way for the same arms, conditions and seeds, so several processes
 share the GPUs evenly. A job already in ``--out`` (same env, arm, condition and seed) is skipped, so a run cut
-short continues where it stopped when given the same arguments.
+short continues where it stopped when given the same arguments. ``--processes n`` starts the ``n`` shards itself,
+at most ``--per-gpu`` on each visible GPU, shard ``i`` writing ``<out stem>-i.jsonl``:
+
+    python -m benchmarks.screen --env Esper-CIFAR10-v0 --set family --conditions full ... --processes 16 \
+        --out benchmarks/results/screen/Esper-CIFAR10-v0/all.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import screen_report
+from benchmarks import screen_report, screen_shards
 from benchmarks.common import device_name, run_stamp
 from benchmarks.screen_arms import ARM_SETS, SEEDLING_ARM, Arm, PlanStep, arm_set, blueprint_index, plan_step
 from benchmarks.screen_shards import arm_costs, played_conditions, shard_jobs
@@ -298,6 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "dealt by estimated cost")
     p.add_argument("--env-kwargs", type=json.loads, default={}, help="JSON env kwargs under every arm's own")
     p.add_argument("--out", type=Path, help="JSON-lines slice to append one line per episode to")
+    p.add_argument("--processes", type=int, help="play as this many shards in child processes spread over the "
+                   "visible GPUs, shard i writing <out stem>-i.jsonl (benchmarks.screen_shards.launch)")
+    p.add_argument("--per-gpu", type=int, default=4, help="with --processes: at most this many on one GPU")
     return p
 
 
@@ -309,6 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.out is None:
         raise SystemExit("--out is required to play (or --report DIR to rebuild a report)")
+    if args.processes is not None:
+        return screen_shards.launch(sys.argv[1:] if argv is None else argv, args.out, args.processes, args.per_gpu)
     print(f"{run(args)} episodes written to {args.out}")
     return 0
 

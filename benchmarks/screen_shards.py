@@ -8,7 +8,12 @@ is already played, so a process restarted with the same arguments resumes the sa
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from benchmarks.screen_arms import Arm
@@ -104,3 +109,62 @@ def shard_jobs(arms: Sequence[Arm], conditions: Sequence[str], seeds: Sequence[i
     groups = [(arm, condition) for arm in arms for condition in conditions]
     mine = deal([1.0 if costs is None else costs[arm.name] for arm, _ in groups], int(count))[int(index)]
     return [Job(*groups[k], seed) for k in mine for seed in seeds]
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """One shard of a launched screen: its process writes ``out`` and logs to ``log``
+    (``benchmarks.campaign.run_jobs`` names a job by ``arm`` and ``seed``)."""
+
+    seed: int  # the shard's index
+    count: int
+    out: Path
+    log: Path
+    arm: str = "shard"
+
+
+ROOT = Path(__file__).resolve().parents[1]
+LAUNCHER_OPTIONS = {"--processes": 1, "--per-gpu": 1, "--shard": 1, "--out": 1}
+"""The launcher's own options (and how many values each takes), left out of the shards' command lines."""
+
+
+def shard_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` without the launcher's options, for the shards' command lines."""
+    kept, skip = [], 0
+    for arg in argv:
+        name = arg.split("=", 1)[0]
+        if skip:
+            skip -= 1
+        elif name in LAUNCHER_OPTIONS:
+            skip = 0 if "=" in arg else LAUNCHER_OPTIONS[name]
+        else:
+            kept.append(arg)
+    return kept
+
+
+def launch(argv: Sequence[str], out: Path, processes: int, per_gpu: int,
+           start: Callable[[ShardJob, str | None], Any] | None = None) -> int:
+    """Play the screen as ``processes`` shards (``--shard i/processes``), each in its own process writing
+    ``<out stem>-<i><suffix>`` beside ``out``, at most ``per_gpu`` on each visible GPU (``benchmarks.campaign``'s
+    scheduler). Rerun the same command to resume: each shard skips what its slice holds. 0 when all succeeded."""
+    from benchmarks.campaign import gpu_slots, run_jobs
+
+    if processes < 1 or per_gpu < 1:
+        raise ValueError(f"--processes {processes}, --per-gpu {per_gpu}; expected both >= 1")
+    jobs = [ShardJob(i, processes, out.with_name(f"{out.stem}-{i}{out.suffix}"),
+                     out.with_name(f"{out.stem}-{i}.log")) for i in range(processes)]
+    base = shard_argv(argv)
+
+    def start_shard(job: ShardJob, gpu: str | None) -> subprocess.Popen:
+        env = os.environ | {"PYTHONUNBUFFERED": "1"} | ({"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {})
+        command = [sys.executable, "-m", "benchmarks.screen", *base, "--shard", f"{job.seed}/{job.count}",
+                   "--out", str(job.out.resolve())]
+        job.log.parent.mkdir(parents=True, exist_ok=True)
+        with job.log.open("a") as log:
+            return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    codes = run_jobs(jobs, gpu_slots(None), per_gpu, start or start_shard)
+    failed = [job for job in jobs if codes.get(job) != 0]
+    for job in failed:
+        print(f"shard {job.seed} failed (exit code {codes.get(job)}; its log: {job.log})", flush=True)
+    return 1 if failed else 0

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import json
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +70,24 @@ def test_the_mixture_is_played_unless_left_out():
     arms = (Arm("static-seedling", "static"),)
     jobs = screen_shards.shard_jobs(arms, screen_shards.played_conditions(["full"], mixture=False), [0], "0/1")
     assert [(job.condition, job.seed) for job in jobs] == [("full", 0)]
+
+
+def test_the_launcher_leaves_its_own_options_out_of_the_shards_command_lines() -> None:
+    argv = ["--set", "family", "--processes", "4", "--out=a.jsonl", "--per-gpu=2", "--shard", "0/1", "--seeds", "0"]
+    assert screen_shards.shard_argv(argv) == ["--set", "family", "--seeds", "0"]
+    with pytest.raises(ValueError, match="--processes 0"):
+        screen_shards.launch([], Path("a.jsonl"), 0, 1)
+
+
+def test_the_launcher_plays_every_shard_in_its_own_process(tmp_path: Path) -> None:
+    from benchmarks import screen
+
+    kwargs = {"host": "family", "device": "cpu", "max_epochs": 2, "synthetic_train_size": 256,
+              "synthetic_val_size": 64, "synthetic_image_size": 16, "batch_size": 64, "report_test_accuracy": True}
+    out = tmp_path / "all.jsonl"
+    argv = ["--env", "Esper-Synthetic-v0", "--set", "family", "--arms", "static-seedling", "grow-x2@0",
+            "--conditions", "full", "--no-mixture", "--seeds", "0", "--env-kwargs", json.dumps(kwargs),
+            "--processes", "2", "--per-gpu", "2", "--out", str(out)]
+    assert screen.main(argv) == 0
+    rows = [json.loads(line) for i in (0, 1) for line in (tmp_path / f"all-{i}.jsonl").read_text().splitlines()]
+    assert sorted(r["arm"] for r in rows) == ["grow-x2@0", "static-seedling"]  # one group each, both played
