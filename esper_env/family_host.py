@@ -196,11 +196,11 @@ class FamilyHost(nn.Module):
         pending: tuple[int, torch.Tensor] | None = None  # a widen seed's new channels, for the next layer
         for k, stage in enumerate(self.net.stages):
             slot, on = self.slots[k], self.slots[k].seed is not None and not (skip and skip[k])
-            previous = None
-            if pending is not None:  # the previous stage's live widen seed, for this one's inlet
-                j = pending[0]
-                previous = (self.slots[j].seed, pending[1], h, _per_sample(alphas[j], h.shape[0]))
-            e = slot.widen_channels(h, flags[1, k], previous) if on and slot.widens else None
+            e = None
+            if on and slot.widens:  # with the previous stage's live widen seed, for this one's inlet
+                previous = None if pending is None else (self.slots[pending[0]].seed, pending[1], h,
+                                                         _per_sample(alphas[pending[0]], h.shape[0]))
+                e = slot.widen_channels(h, flags[1, k], previous)
             y = stage.conv(h)
             if pending is not None:
                 y = self.slots[pending[0]].mix(y, pending[1], h, alphas[pending[0]])
