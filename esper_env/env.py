@@ -64,12 +64,12 @@ class EsperEnv(gym.Env):
     A seed's life (``esper_env.lifecycle``): GERMINATE plants it; it incubates for ``min_training_epochs``
     (learning beside the host by straight-through while the slot's output stays the host's), blends in over the
     tempo, then holds at alpha 1 until FOSSILIZE keeps it or PRUNE removes it (after ``max_holding_epochs`` it is
-    pruned automatically); timers move it along, or the ADVANCE op with ``auto_advance=False``. A family widen
-    seed is a split that keeps the function at any amplitude: it is at alpha 1 from germination and its ramp is
-    complete on entering BLENDING (``lifecycle.blends_at_birth``). On the small host a fossilized seed stays in
-    its slot for good. On the family host FOSSILIZE joins it: its weights become part of the host's layers and
-    optimizer (where they keep the seeds' learning rate), and the slot is DORMANT again at once
-    (``lifecycle.JOINING``), free to grow the stage again.
+    pruned automatically); timers move it along, or the ADVANCE op with ``auto_advance=False``. A family seed
+    keeps the function at any amplitude (a widen seed is a split, a deepen seed's last norm starts at zero): it
+    is at alpha 1 from germination and its ramp is complete on entering BLENDING (``lifecycle.blends_at_birth``).
+    On the small host a fossilized seed stays in its slot for good. On the family host FOSSILIZE joins it: its
+    weights become part of the host's layers and optimizer (where they keep the seeds' learning rate), and the
+    slot is DORMANT again at once (``lifecycle.JOINING``), free to grow the stage again.
 
     WAIT reads only ``op``; GERMINATE reads every head; ADVANCE, PRUNE and FOSSILIZE read ``op`` and ``slot``
     (``esper_env.spaces.HEAD_RELEVANCE``). Heads an op does not read are ignored. Masks after every reset and
@@ -187,7 +187,7 @@ class EsperEnv(gym.Env):
     ``esper_env.FAMILY_TASK``: ``host="family"``, ``condition="mixture"``, ``max_epochs=20``,
     ``lr_schedule="wsd"``, ``host_lr=0.2``, ``seed_lr=0.4``, ``label_smoothing=0.2``, ``crop_pad=2``,
     ``param_penalty=0.0``, ``flops_price=0.02``, ``params_price=0.01``, ``min_training_epochs=1``,
-    ``one_seed_incubating=False``, ``test_flip=True``; ``Esper-CIFAR10-Fast-v0`` also sets
+    ``one_seed_incubating=False``, ``test_flip=True``, ``ema_epochs=1.0``; ``Esper-CIFAR10-Fast-v0`` also sets
     ``train_images_per_epoch=10000`` and ``val_images=2000``. ``gym.make(id, **esper_env.SMALL_TASK)`` gives a
     CIFAR-10 id back the small-host task. ``Esper-Synthetic-v0`` keeps the small host; ``host="family"`` works on
     it too. The family host refuses ``param_budget`` (``params_price`` prices its size); the small host refuses a

@@ -87,7 +87,7 @@ def apply_action(episode: Episode, action: np.ndarray, valid: bool,
     """Apply a validated action's op (WAIT if ``valid`` is False). Returns module changes and the last
     measured contribution of a seed this op pruned (0.0 if none), for the contribution reward. On the growable
     family ``host`` FOSSILIZE also joins the seed to the host and frees its slot (``lifecycle.release``), and a
-    widen seed is mixed in from germination (``lifecycle.blends_at_birth``)."""
+    seed is mixed in from germination (``lifecycle.blends_at_birth``)."""
     op = Op(int(action[Head.OP])) if valid else Op.WAIT
     episode.last_op, episode.last_valid = int(op), valid
     if op == Op.WAIT:

@@ -7,7 +7,8 @@ so that growth compounds. Slot ``k`` belongs to stage ``k`` and holds at most on
 
 * **deepen** (:class:`~esper_env.family.ResidualBlock` at the stage's width): sits after the stage's blocks; the
   slot mixes it in with the lifecycle's forward maths (``host.SlotModule``): ``h + a (s - h) + t (s - s.detach())``.
-  Joining appends the block to the stage.
+  Its last norm starts at zero, so ``s = h`` at birth: like a widen seed it is at alpha 1 from germination
+  (``lifecycle.blends_at_birth``). Joining appends the block to the stage.
 * **widen** (:class:`WidenSeed`): ``extra`` new channels of the stage, ``e = GELU(BN(MaxPool(conv(x_in))))`` from
   the stage's input ``x_in``, split from the stage's own channels as Net2Net splits them (Chen, Goodfellow &
   Shlens, 2016): each new channel copies a source channel's incoming weights (with small noise) and norm state,

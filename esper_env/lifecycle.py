@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from enum import IntEnum
 from types import MappingProxyType
 
-from esper_env.architecture import WIDEN_FACTORS
 from esper_env.blueprints import FAMILY_BLUEPRINTS
 from esper_env.config import EnvConfig
 
@@ -129,9 +128,6 @@ def forward_mode(stage: Stage) -> ForwardMode:
     return ForwardMode.OFF
 
 
-FAMILY_WIDENS = frozenset(i for i, b in enumerate(FAMILY_BLUEPRINTS) if b.name in WIDEN_FACTORS)
-"""The family host's blueprint values that widen a stage."""
-
 BLEND_CURVES = ("linear", "cosine", "gated")
 TEMPOS = (3, 5, 8)
 
@@ -210,14 +206,16 @@ def _advance_gate(state: SlotState, cfg: EnvConfig) -> bool:
 
 
 def blends_at_birth(blueprint: int, host: str) -> bool:
-    """Whether a seed of ``blueprint`` is mixed in at alpha 1 from germination: the family host's widen seeds.
+    """Whether a seed of ``blueprint`` is mixed in at alpha 1 from germination: every seed of the family host.
 
-    A widen seed is a Net2Net split of its stage's channels (``family_host.WidenSeed``): it computes the host's
-    function at any amplitude, so incubation (which protects the host from an untrained seed) and the ramp
-    protect nothing, while every epoch spent on them is an epoch the wider network does not train. It still
-    passes through the lifecycle's stages and timers (its ramp is complete on entering BLENDING), so the agent
-    decides when it joins, or prunes it, as for any seed."""
-    return host == "family" and blueprint in FAMILY_WIDENS
+    Each family seed computes the host's function at any amplitude when it is planted: a widen seed is a
+    Net2Net split of its stage's channels (``family_host.WidenSeed``), a deepen seed a residual block whose last
+    norm starts at zero (``family.ResidualBlock``). Incubation (which protects the host from an untrained seed)
+    and the ramp protect nothing there, while every epoch spent on them is an epoch the grown network does not
+    train: a deepen seed would reach alpha 1 four epochs after its germination. A seed born blended still passes
+    through the lifecycle's stages and timers (its ramp is complete on entering BLENDING), so the agent decides
+    when it joins, or prunes it, as for any seed. The small host's seeds incubate and blend as before."""
+    return host == "family" and 0 <= blueprint < len(FAMILY_BLUEPRINTS)
 
 
 def may_prune(state: SlotState, cfg: EnvConfig) -> bool:

@@ -117,19 +117,22 @@ def test_a_larger_start_pays_its_size_against_the_seedling() -> None:
     assert total[0] == pytest.approx(last["val_accuracy"][0] - 0.1 - cost, abs=1e-6)
 
 
-def test_a_widen_seed_is_mixed_in_from_germination() -> None:
-    # A Net2Net split keeps the function at any amplitude, so the wider network trains from the first epoch
-    # (lifecycle.blends_at_birth); the seed still passes through the stages, its ramp complete at once.
+@pytest.mark.parametrize("name", ["widen_l", "deepen"])
+def test_a_family_seed_is_mixed_in_from_germination(name: str) -> None:
+    # A split, or a residual block whose last norm starts at zero, keeps the function at any amplitude, so the
+    # grown network trains from the first epoch (lifecycle.blends_at_birth); the seed still passes through the
+    # stages, its ramp complete at once.
     env = _env(1)
     _, info = env.reset(seed=0)
     stages, norms = [], []
     for step in range(3):
-        _, _, _, _, info = env.step(_grow(info, FAMILY["widen_l"], 2))
+        _, _, _, _, info = env.step(_grow(info, FAMILY[name], 2))
         seed = env.unwrapped._engine.trainers[0].model.slots[2].seed
+        learned = seed.out.weight if name != "deepen" else seed.norm2.weight  # born as a share of W, or zero
         if step == 0:
-            norms.append(float(seed.share.norm()))  # the weights it was born with
+            norms.append(float(seed.share.norm()) if name != "deepen" else 0.0)  # the weights it was born with
         stages.append(int(info["stage"][0][2]))
-        norms.append(float(seed.out.weight.detach().norm()))
+        norms.append(float(learned.detach().norm()))
         assert info["alpha"][0][2] == 1.0
     assert stages == [Stage.TRAINING, Stage.BLENDING, Stage.HOLDING]
     assert norms[0] != norms[1] != norms[2]  # learning from its first epoch

@@ -50,10 +50,12 @@ def test_fossilize_joins_only_on_a_growable_host(joins: bool) -> None:
 WIDEN = next(b for b in FAMILY_BLUEPRINTS if b.name == "widen_l")
 
 
-def test_only_the_family_widen_seeds_blend_at_birth() -> None:
-    names = [b.name for b in FAMILY_BLUEPRINTS]
-    assert [L.blends_at_birth(i, "family") for i in range(len(names))] == [n != "deepen" for n in names]
-    assert not any(L.blends_at_birth(i, "small") for i in range(len(names)))
+def test_every_family_seed_blends_at_birth_and_no_small_host_seed_does() -> None:
+    # Each family seed keeps the function at any amplitude (a split, or a residual block whose last norm is zero).
+    count = len(FAMILY_BLUEPRINTS)
+    assert all(L.blends_at_birth(i, "family") for i in range(count))
+    assert not any(L.blends_at_birth(i, "small") for i in range(count))
+    assert not L.blends_at_birth(count, "family")  # not a family blueprint
 
 
 def test_a_seed_born_blended_is_at_full_amplitude_through_its_stages() -> None:
