@@ -114,7 +114,8 @@ def _grow(epoch: int, *rounds: tuple[str, tuple[int, ...]]) -> tuple[tuple, ...]
 def family_arms() -> tuple[Arm, ...]:
     """The acceptance screen of the task's version 2 (``esper_env.FAMILY_TASK``, 20 epochs): the static frontier,
     growth plans (early, staged, late; width-first, depth-first), the heuristic and random. ``grow-x4@E`` plants
-    ``widen_l`` in every stage from epoch E (0, 2, 5, 10: 0, 10, 25, 50% of the episode), reaching 64/128/128;
+    ``widen_l`` in every stage from epoch E (0, 2, 5, 10: 0, 10, 25, 50% of the episode), reaching 64/128/128,
+    ``grow-x2@E`` plants ``widen_s`` (to 32/64/64, the other final size the growth probes measured);
     ``grow-x2-deep@0`` grows to the medium net, ``grow-x2-x2@10`` doubles every stage at once and again at half
     time."""
     statics = tuple(Arm(f"static-{name}" if name != "seedling" else SEEDLING_ARM, "static",
@@ -122,7 +123,7 @@ def family_arms() -> tuple[Arm, ...]:
                     for name, (w, b) in FAMILY_SIZES.items())
     every, deep = (0, 1, 2), (1, 2)
     plans = (
-        Arm("grow-x2@0", "plan", plan=_grow(0, ("widen_s", every)), twin="static-small"),
+        *(Arm(f"grow-x2@{e}", "plan", plan=_grow(e, ("widen_s", every)), twin="static-small") for e in (0, 2, 5, 10)),
         *(Arm(f"grow-x4@{e}", "plan", plan=_grow(e, ("widen_l", every)), twin="static-wide") for e in (0, 2, 5, 10)),
         Arm("grow-x4-deep@0", "plan", plan=_grow(0, ("widen_l", every), ("deepen", deep)), twin="static-final"),
         Arm("grow-deep-x4@0", "plan", plan=_grow(0, ("deepen", deep), ("widen_l", every)), twin="static-final"),
