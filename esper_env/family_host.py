@@ -25,11 +25,10 @@ so that growth compounds. Slot ``k`` belongs to stage ``k`` and holds at most on
   by straight-through its outgoing weights would learn, with no feedback (the value does not depend on them),
   what the host is learning anyway, and grow without bound (on CIFAR-10 every plan that widened all three
   stages collapsed: ``benchmarks/results/screen_probe/``). Where two live widen seeds sit side by side, the
-  later stage's copies get an *inlet* (:meth:`WidenSeed.attach_inlet`): their own copy of the weights through
-  which the earlier seed's new channels reach their sources, so the split keeps the function at birth and the
-  joins end as one consistent split. Sharing those weights between sources and copies instead made the copies'
-  rows learn several times too fast (``benchmarks/results/screen_probe/neighbour-tie/``); without either, a
-  copy kept twice its source's weights on the old channels and none on the new, and learned slowly.
+  later stage's copies read only the old channels of the earlier stage, and after the joins read its new ones
+  through zero weights; two ways of giving them their sources' weights there were measured on CIFAR-10 and made
+  growth worse: shared with the sources (``screen_probe/neighbour-tie/``) and as the copies' own inlet
+  (the screen at 01e41f9 against ``screen_probe/growth-a2b77d9/``).
   Joining concatenates the seed's channels to the stage: the stage's conv and norm gain the seed's rows, the
   stage's residual blocks gain identity channels (new weights that read or write the old channels are zero, the
   new channels' last norm is zero), and the next layer gains ``V`` as input columns, the sources' giving up
@@ -72,36 +71,14 @@ class WidenSeed(nn.Module):
         self.register_buffer("share", torch.zeros_like(self.out.weight))
         """The outgoing weights the sources give up to their copies, fixed at the split."""
         self.split = False  # whether the outgoing weights were split (else they and the share start at zero)
-        self.inlet: nn.Conv2d | None = None
-        """From the previous stage's live widen seed's new channels to these (see :meth:`attach_inlet`)."""
-        self.register_buffer("inlet_share", None)
 
     @property
     def to_head(self) -> bool:
         return isinstance(self.out, nn.Linear)
 
-    @torch.no_grad()
-    def attach_inlet(self, previous: WidenSeed) -> None:
-        """Give these copies what the previous stage's live widen seed ``previous`` gives their sources: its
-        outgoing weights and share at the sources' rows, as the copies' own weights (an inlet) and fixed share.
-        Without it, a copy would miss its source's input from the previous split, both at birth (the function
-        changes) and after the joins (it would read the previous stage's new channels through zero weights while
-        keeping its full weights on their sources, where its source keeps a share: a row twice as large, which
-        behind a norm learns about four times slower)."""
-        weight = previous.out.weight.detach()[self.sources]
-        self.inlet = nn.Conv2d(weight.shape[1], weight.shape[0], 3, padding=1, bias=False).to(weight.device)
-        self.inlet.weight.copy_(weight)
-        self.inlet_share = previous.share[self.sources].clone()
-
-    def channels(self, x: torch.Tensor, previous: tuple[WidenSeed, torch.Tensor, torch.Tensor, torch.Tensor]
-                 | None = None) -> torch.Tensor:
-        """The new channels, at the stage's output resolution. ``previous``: the previous stage's live widen seed,
-        its new channels, that stage's output and its amplitude, read through the inlet when there is one."""
-        z = self.conv(x)
-        if self.inlet is not None and previous is not None:
-            seed, e, h, a = previous
-            z = z + a * (self.inlet(e) - F.conv2d(h[:, seed.sources], self.inlet_share, padding=1))
-        return F.gelu(self.norm(F.max_pool2d(z, 2)))
+    def channels(self, x: torch.Tensor) -> torch.Tensor:
+        """The new channels, at the stage's output resolution."""
+        return F.gelu(self.norm(F.max_pool2d(self.conv(x), 2)))
 
     def contribution(self, e: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """What the split adds to the next layer's output (the next conv's, or the scaled logits): the new channels
@@ -156,10 +133,9 @@ class FamilySlot(SlotModule):
                 upstream: torch.Tensor) -> torch.Tensor:
         return h if self.widens else super().forward(h, alpha, straight, upstream)
 
-    def widen_channels(self, x_in: torch.Tensor, upstream: torch.Tensor,
-                       previous: tuple[WidenSeed, torch.Tensor, torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    def widen_channels(self, x_in: torch.Tensor, upstream: torch.Tensor) -> torch.Tensor:
         x = torch.lerp(x_in.detach(), x_in, upstream) if torch.is_grad_enabled() else x_in
-        return self.seed.channels(x, previous)
+        return self.seed.channels(x)
 
     def mix(self, y: torch.Tensor, e: torch.Tensor, h: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
         """``y + a d`` with ``d`` the widen seed's contribution to ``y`` given the stage's output ``h`` (no
@@ -197,11 +173,7 @@ class FamilyHost(nn.Module):
         pending: tuple[int, torch.Tensor] | None = None  # a widen seed's new channels, for the next layer
         for k, stage in enumerate(self.net.stages):
             slot, on = self.slots[k], self.slots[k].seed is not None and not (skip and skip[k])
-            e = None
-            if on and slot.widens:  # with the previous stage's live widen seed, for this one's inlet
-                previous = None if pending is None else (self.slots[pending[0]].seed, pending[1], h,
-                                                         _per_sample(alphas[pending[0]], h.shape[0]))
-                e = slot.widen_channels(h, flags[1, k], previous)
+            e = slot.widen_channels(h, flags[1, k]) if on and slot.widens else None
             y = stage.conv(h)
             if pending is not None:
                 y = self.slots[pending[0]].mix(y, pending[1], h, alphas[pending[0]])
@@ -228,12 +200,8 @@ class FamilyHost(nn.Module):
         out_pixels = (image_size // 2 ** (slot + 1)) ** 2  # the stage's resolution, after its pool
         if isinstance(seed, ResidualBlock):
             return sum(p.numel() for p in seed.parameters()), 2 * 2 * 9 * arch.widths[slot] ** 2 * out_pixels
-        # An inlet counts while the previous stage's widen seed it reads lives (once both join, it is the
-        # weights between their new channels); one left by a pruned seed reads nothing and waits to be replaced.
-        inlet = seed.inlet if slot > 0 and self.slots[slot - 1].widens else None
-        parts = [seed.conv, seed.norm, seed.out, *([inlet] if inlet is not None else [])]
-        params = sum(p.numel() for part in parts for p in part.parameters())
-        c_in, extra = seed.conv.in_channels + (inlet.in_channels if inlet is not None else 0), seed.conv.out_channels
+        params = sum(p.numel() for part in (seed.conv, seed.norm, seed.out) for p in part.parameters())
+        c_in, extra = seed.conv.in_channels, seed.conv.out_channels
         flops = 2 * 9 * c_in * extra * out_pixels * 4  # the seed's conv runs before the pool, like the stage's
         weight = seed.out.weight
         # What the seed adds to the architecture once joined: subtracting the sources' share until then is
@@ -269,10 +237,6 @@ class FamilyHost(nn.Module):
         generator = torch.Generator().manual_seed(int(torch.randint(2**62, ())))  # from the seeded global stream
         consumer = self.net.stages[slot + 1].conv if c_next is not None else self.net.head
         seed.split_from(stage.conv, stage.norm, consumer.weight, generator, split_outgoing=not arch.blocks[slot])
-        if slot > 0 and self.slots[slot - 1].widens:  # live widen seeds side by side: the later one's inlet
-            seed.attach_inlet(self.slots[slot - 1].seed)
-        if slot + 1 < len(self.slots) and self.slots[slot + 1].widens:
-            self.slots[slot + 1].seed.attach_inlet(seed)
         return seed
 
     def join(self, slot: int) -> Assembly:

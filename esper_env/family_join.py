@@ -52,20 +52,21 @@ def join_widen(host: FamilyHost, k: int, seed: WidenSeed) -> Assembly:
 
 
 def _widen_neighbours(host: FamilyHost, k: int, seed: WidenSeed, assembly: Assembly) -> None:
-    """Live widen seeds beside stage ``k`` follow its join exactly. Two live widen seeds side by side always
-    have the later one's inlet (``FamilyHost._widen_seed`` attaches it whichever is planted second). The next
-    stage's seed gains its inlet as input columns, and its sources' columns give up the inlet's share, as the next
-    stage's conv does; the previous stage's seed gains this seed's inlet as rows for the new channels."""
+    """Live widen seeds beside stage ``k`` follow its join exactly, with zero weights for the new channels: the
+    next stage's copies read them through zero input columns (before the join they did not read them at all),
+    and the previous stage's seed writes into the next stage's new rows through zero outgoing weights. Giving
+    the copies their sources' weights there instead (an exact, consistent split) made every widening plan a
+    little worse on CIFAR-10 and cost two convolutions a step (``benchmarks/results/screen_probe/growth-a2b77d9``
+    against the screen at 01e41f9)."""
+    extra = seed.conv.out_channels
     if k + 1 < len(host.slots) and host.slots[k + 1].widens:
         after = host.slots[k + 1].seed
-        built = _give_up_cols(after.conv.weight, seed.sources, after.inlet_share, after.inlet.weight)
-        _set(after.conv, "weight", built, assembly)
-        after.inlet, after.inlet_share = None, None
+        _set(after.conv, "weight", _zero_cols(after.conv.weight, extra), assembly)
         sync_shape_attributes(after.conv)
     if k > 0 and host.slots[k - 1].widens:
         before = host.slots[k - 1].seed
-        _set(before.out, "weight", _rows(before.out.weight, seed.inlet.weight), assembly)
-        before.share = torch.cat([before.share, seed.inlet_share])
+        _set(before.out, "weight", _zero_rows(before.out.weight, extra), assembly)
+        before.share = torch.cat([before.share, before.share.new_zeros((extra, *before.share.shape[1:]))])
         sync_shape_attributes(before.out)
 
 
@@ -120,6 +121,19 @@ def _give_up_cols(old: nn.Parameter, sources: torch.Tensor, share: torch.Tensor,
     kept.index_add_(1, sources.to(kept.device), -share)
     return (torch.cat([kept, new.detach()], 1),
             [Piece((slice(None), slice(0, n)), source=old), Piece((slice(None), slice(n, None)), source=new)])
+
+
+def _zero_cols(old: nn.Parameter, extra: int) -> tuple[torch.Tensor, list[Piece]]:
+    zeros = torch.zeros((old.shape[0], extra, *old.shape[2:]), device=old.device, dtype=old.dtype)
+    return (torch.cat([old.detach(), zeros], 1),
+            [Piece((slice(None), slice(0, old.shape[1])), source=old),
+             Piece((slice(None), slice(old.shape[1], None)), fresh=zeros)])
+
+
+def _zero_rows(old: nn.Parameter, extra: int) -> tuple[torch.Tensor, list[Piece]]:
+    zeros = torch.zeros((extra, *old.shape[1:]), device=old.device, dtype=old.dtype)
+    return (torch.cat([old.detach(), zeros]),
+            [Piece((slice(0, old.shape[0]),), source=old), Piece((slice(old.shape[0], None),), fresh=zeros)])
 
 
 def _assemble(out: torch.Tensor, pieces: list[Piece]) -> tuple[torch.Tensor, list[Piece]]:

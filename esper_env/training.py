@@ -328,11 +328,10 @@ class HostTrainer:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(init_seed)
             self.model.plant(slot, blueprint, gated)
-        if self.device.type == "cuda":  # the seed, and an inlet it may have given its neighbour
-            self.model.to(memory_format=torch.channels_last)
-        for i, other in enumerate(self.model.slots):  # a planting may give a neighbour's seed weights too
-            if other.seed is not None:
-                self.optimizer.add_group(i, seed_parameters(other))
+        module = self.model.slots[slot]
+        if self.device.type == "cuda":
+            module.to(memory_format=torch.channels_last)
+        self.optimizer.add_group(slot, seed_parameters(module))
         self._track_average()
 
     def remove_seed(self, slot: int) -> None:
