@@ -56,8 +56,8 @@ def _widen_neighbours(host: FamilyHost, k: int, seed: WidenSeed, assembly: Assem
     next stage's copies read them through zero input columns (before the join they did not read them at all),
     and the previous stage's seed writes into the next stage's new rows through zero outgoing weights. Giving
     the copies their sources' weights there instead (an exact, consistent split) made every widening plan a
-    little worse on CIFAR-10 and cost two convolutions a step (``benchmarks/results/screen_probe/growth-a2b77d9``
-    against the screen at 01e41f9)."""
+    little worse on CIFAR-10 (``benchmarks/results/screen_probe/growth-a2b77d9`` against the screen at 01e41f9),
+    and subtracting the sources' share from them cost a convolution a step that the joined network does not run."""
     extra = seed.conv.out_channels
     if k + 1 < len(host.slots) and host.slots[k + 1].widens:
         after = host.slots[k + 1].seed
