@@ -271,6 +271,7 @@ def test_criterion_4_is_the_largest_sd_of_a_fixed_plan_on_full():
     assert result["arm"] == "static-seedling" and result["value"] == pytest.approx(0.2) and result["holds"]
     result = screen_report.criterion_4(_runs(steady + shaky + wild))
     assert result["arm"] == "grow" and result["value"] == pytest.approx(0.5) and not result["holds"]
+    assert result["pooled_sd"] == pytest.approx(((0.2**2 + 0.5**2) / 2) ** 0.5)  # the random arm is not a plan
 
 
 def test_the_report_refuses_duplicate_runs_and_mixed_envs(tmp_path):
