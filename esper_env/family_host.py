@@ -15,7 +15,8 @@ so that growth compounds. Slot ``k`` belongs to stage ``k`` and holds at most on
   each source equally often, and a fixed equal share ``S`` of the source's outgoing weights into the next layer
   (the next stage's conv, or the head), which the source gives up when the seed joins; the copies' own
   outgoing weights ``V`` start at that share and learn. Its contribution to the next layer's output is
-  ``d = V e - S h[sources]`` with ``h`` the stage's output, mixed in as ``y + a d``: it starts near zero
+  ``d = V e - S h[sources]`` with ``h`` the stage's output (``S h[sources]`` as one convolution of ``h`` with the
+  sources' columns, :attr:`WidenSeed.given`), mixed in as ``y + a d``: it starts near zero
   (exactly zero without the noise) while the copies already carry the network's features, and at alpha 1 the
   sources' effective outgoing weights ``W - S`` and the copies' ``V`` learn exactly as the split layer's would;
   the probes (``benchmarks/grow_cost.py``) found split channels catch up much faster than fresh ones. A copy
@@ -68,9 +69,11 @@ class WidenSeed(nn.Module):
         nn.init.zeros_(self.out.weight)
         self.register_buffer("sources", torch.zeros(extra, dtype=torch.long))
         """The stage channel each new channel was split from."""
-        self.register_buffer("share", torch.zeros_like(self.out.weight))
-        """The outgoing weights the sources give up to their copies, fixed at the split."""
-        self.split = False  # whether the outgoing weights were split (else they and the share start at zero)
+        self.register_buffer("given", None)
+        """The outgoing weights the sources give up to their copies, fixed at the split, as a weight of the next
+        layer reading the stage's output (zero but at the sources' columns): it reads ``h`` itself, not a gather
+        of the sources' channels, which costs a scatter in the backward pass (:meth:`split_from` sets it)."""
+        self.split = False  # whether the outgoing weights were split (else they and ``given`` start at zero)
 
     @property
     def to_head(self) -> bool:
@@ -82,14 +85,15 @@ class WidenSeed(nn.Module):
 
     def contribution(self, e: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """What the split adds to the next layer's output (the next conv's, or the scaled logits): the new channels
-        ``e`` through their outgoing weights, minus the sources' ``share`` of theirs from the stage's output
-        ``h`` (Net2Net's division of outgoing weights; the sources give it up when the seed joins). The share is
-        fixed, so at alpha 1 the copies' and the sources' outgoing weights learn as the joined layer's would."""
+        ``e`` through their outgoing weights, minus what the sources give up of theirs (:attr:`given`) from the
+        stage's output ``h`` (Net2Net's division of outgoing weights; the sources give it up when the seed joins).
+        It is fixed, so at alpha 1 the copies' and the sources' outgoing weights learn as the joined layer's
+        would."""
         if self.to_head:
-            pooled, sources = F.adaptive_max_pool2d(e, 1).flatten(1), F.adaptive_max_pool2d(h, 1).flatten(1)
-            given_up = F.linear(sources[:, self.sources], self.share) if self.split else 0.0
+            pooled, pooled_h = F.adaptive_max_pool2d(e, 1).flatten(1), F.adaptive_max_pool2d(h, 1).flatten(1)
+            given_up = F.linear(pooled_h, self.given) if self.split else 0.0
             return (self.out(pooled) - given_up) * LOGIT_SCALE
-        given_up = F.conv2d(h[:, self.sources], self.share, padding=1) if self.split else 0.0
+        given_up = F.conv2d(h, self.given, padding=1) if self.split else 0.0
         return self.out(e) - given_up
 
     @torch.no_grad()
@@ -112,10 +116,11 @@ class WidenSeed(nn.Module):
             getattr(self.norm, name).copy_(getattr(stage_norm, name)[index])
         share = shares.to(consumer.device, consumer.dtype).view(1, -1, *[1] * (consumer.dim() - 2))
         if split_outgoing:
-            self.share.copy_(consumer.detach()[:, sources.to(consumer.device)] / share)
-            self.out.weight.copy_(self.share)
+            self.out.weight.copy_(consumer.detach()[:, sources.to(consumer.device)] / share)
             self.split = True
         self.sources.copy_(sources)
+        given = consumer.new_zeros((consumer.shape[0], old, *consumer.shape[2:]))
+        self.given = given.index_add_(1, self.sources.to(given.device), self.out.weight.detach())
 
 
 class FamilySlot(SlotModule):

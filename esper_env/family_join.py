@@ -42,7 +42,7 @@ def join_widen(host: FamilyHost, k: int, seed: WidenSeed) -> Assembly:
     for block in stage.blocks:
         _widen_block(block, old, new, assembly)
     consumer = net.stages[k + 1].conv if k + 1 < len(net.stages) else net.head
-    _set(consumer, "weight", _give_up_cols(consumer.weight, seed.sources, seed.share, seed.out.weight), assembly)
+    _set(consumer, "weight", _give_up_cols(consumer.weight, seed.given, seed.out.weight), assembly)
     _widen_neighbours(host, k, seed, assembly)
     for module in (stage.conv, stage.norm, consumer):
         sync_shape_attributes(module)
@@ -66,7 +66,7 @@ def _widen_neighbours(host: FamilyHost, k: int, seed: WidenSeed, assembly: Assem
     if k > 0 and host.slots[k - 1].widens:
         before = host.slots[k - 1].seed
         _set(before.out, "weight", _zero_rows(before.out.weight, extra), assembly)
-        before.share = torch.cat([before.share, before.share.new_zeros((extra, *before.share.shape[1:]))])
+        before.given = torch.cat([before.given, before.given.new_zeros((extra, *before.given.shape[1:]))])
         sync_shape_attributes(before.out)
 
 
@@ -113,12 +113,10 @@ def _rows(old: nn.Parameter, seed: nn.Parameter) -> tuple[torch.Tensor, list[Pie
                    [Piece((slice(0, n),), source=old), Piece((slice(n, None),), source=seed)])
 
 
-def _give_up_cols(old: nn.Parameter, sources: torch.Tensor, share: torch.Tensor,
-                  new: nn.Parameter) -> tuple[torch.Tensor, list[Piece]]:
-    """A weight reading a stage after a split: each source column gives up its copies' fixed shares (``share``,
-    one column per copy), and ``new`` becomes the copies' columns."""
-    n, kept = old.shape[1], old.detach().clone()
-    kept.index_add_(1, sources.to(kept.device), -share)
+def _give_up_cols(old: nn.Parameter, given: torch.Tensor, new: nn.Parameter) -> tuple[torch.Tensor, list[Piece]]:
+    """A weight reading a stage after a split: the source columns give up what their copies took (``given``,
+    ``WidenSeed.given``), and ``new`` becomes the copies' columns."""
+    n, kept = old.shape[1], old.detach() - given
     return (torch.cat([kept, new.detach()], 1),
             [Piece((slice(None), slice(0, n)), source=old), Piece((slice(None), slice(n, None)), source=new)])
 

@@ -98,9 +98,16 @@ class NesterovSGD:
 
     @torch.no_grad()
     def step(self, lr: torch.Tensor) -> None:
-        # Joined entries' gains scale a copy of the gradients: the gradients themselves stay as measured.
+        # Joined entries' gains scale a copy of the gradients (the gradients themselves stay as measured), in one
+        # multi-tensor kernel rather than one per joined parameter.
         params, buffers = self.host
-        grads = [p.grad if g is None or p.grad is None else p.grad * g for p, g in zip(params, self.gains, strict=True)]
+        grads: list[torch.Tensor | None] = [p.grad for p in params]
+        boosted = [i for i, (gain, grad) in enumerate(zip(self.gains, grads, strict=True))
+                   if gain is not None and grad is not None]
+        if boosted:
+            scaled = torch._foreach_mul([grads[i] for i in boosted], [self.gains[i] for i in boosted])
+            for i, grad in zip(boosted, scaled, strict=True):
+                grads[i] = grad
         self._update(params, buffers, grads, lr[0], self.weight_decay)
         seed_params = [p for params, _ in self.seeds.values() for p in params]
         seed_buffers = [b for _, buffers in self.seeds.values() for b in buffers]

@@ -129,8 +129,11 @@ def test_a_family_seed_is_mixed_in_from_germination(name: str) -> None:
         _, _, _, _, info = env.step(_grow(info, FAMILY[name], 2))
         seed = env.unwrapped._engine.trainers[0].model.slots[2].seed
         learned = seed.out.weight if name != "deepen" else seed.norm2.weight  # born as a share of W, or zero
-        if step == 0:
-            norms.append(float(seed.share.norm()) if name != "deepen" else 0.0)  # the weights it was born with
+        if step == 0 and name != "deepen":  # the outgoing weights it was born with: its sources' given-up share
+            copies = torch.bincount(seed.sources)[seed.sources].view(1, -1, *[1] * (seed.given.dim() - 2))
+            norms.append(float((seed.given[:, seed.sources] / copies).norm()))
+        elif step == 0:
+            norms.append(0.0)  # a new block's last norm is born at zero
         stages.append(int(info["stage"][0][2]))
         norms.append(float(learned.detach().norm()))
         assert info["alpha"][0][2] == 1.0
