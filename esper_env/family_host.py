@@ -15,8 +15,9 @@ so that growth compounds. Slot ``k`` belongs to stage ``k`` and holds at most on
   each source equally often, and a fixed equal share ``S`` of the source's outgoing weights into the next layer
   (the next stage's conv, or the head), which the source gives up when the seed joins; the copies' own
   outgoing weights ``V`` start at that share and learn. Its contribution to the next layer's output is
-  ``d = V e - S h[sources]`` with ``h`` the stage's output (``S h[sources]`` as one convolution of ``h`` with the
-  sources' columns, :attr:`WidenSeed.given`), mixed in as ``y + a d``: it starts near zero
+  ``d = V e - S h[sources]`` with ``h`` the stage's output (``S h[sources]`` read as ``h`` through the sources'
+  columns, :attr:`WidenSeed.given`, which training folds into the next conv's weight: :meth:`FamilySlot.feed`),
+  mixed in as ``y + a d``: it starts near zero
   (exactly zero without the noise) while the copies already carry the network's features, and at alpha 1 the
   sources' effective outgoing weights ``W - S`` and the copies' ``V`` learn exactly as the split layer's would;
   the probes (``benchmarks/grow_cost.py``) found split channels catch up much faster than fresh ones. A copy
@@ -142,6 +143,17 @@ class FamilySlot(SlotModule):
         x = torch.lerp(x_in.detach(), x_in, upstream) if torch.is_grad_enabled() else x_in
         return self.seed.channels(x)
 
+    def feed(self, conv: nn.Conv2d, h: torch.Tensor, e: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+        """The next stage's ``conv`` of this stage's output ``h``, with the widen seed's new channels ``e`` mixed
+        in (:meth:`mix`). With one amplitude for the whole batch (training) the sources' given-up share folds
+        into the weight, ``conv(h, W - a given) + a V e``: the same sum without a second convolution of ``h``,
+        so a live seed costs what its joined channels will. Stacked configurations (one amplitude per sample)
+        take the general path."""
+        if alpha.dim() == 0 and self.seed.split:
+            weight = conv.weight - alpha * self.seed.given
+            return F.conv2d(h, weight, conv.bias, conv.stride, conv.padding) + alpha * self.seed.out(e)
+        return self.mix(conv(h), e, h, alpha)
+
     def mix(self, y: torch.Tensor, e: torch.Tensor, h: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
         """``y + a d`` with ``d`` the widen seed's contribution to ``y`` given the stage's output ``h`` (no
         straight-through term: see the module docstring)."""
@@ -179,9 +191,8 @@ class FamilyHost(nn.Module):
         for k, stage in enumerate(self.net.stages):
             slot, on = self.slots[k], self.slots[k].seed is not None and not (skip and skip[k])
             e = slot.widen_channels(h, flags[1, k]) if on and slot.widens else None
-            y = stage.conv(h)
-            if pending is not None:
-                y = self.slots[pending[0]].mix(y, pending[1], h, alphas[pending[0]])
+            y = stage.conv(h) if pending is None else self.slots[pending[0]].feed(stage.conv, h, pending[1],
+                                                                                  alphas[pending[0]])
             h = F.gelu(stage.norm(F.max_pool2d(y, 2)))
             for block in stage.blocks:
                 h = block(h)

@@ -265,3 +265,28 @@ def test_splits_side_by_side_keep_the_function_at_each_join(order: tuple[int, in
         host.join(slot)
         assert torch.allclose(host(x, alphas, flags), before, rtol=1e-4, atol=1e-5), f"joining {slot}"
     assert host.arch.widths[:2] == (4 * ARCH.widths[0], 4 * ARCH.widths[1])
+
+
+def test_one_amplitude_folds_the_given_share_into_the_next_conv() -> None:
+    # Training runs one amplitude for the whole batch: the next conv then reads W - a given, which must compute
+    # what the general path (per-sample amplitudes) computes, values and gradients alike. Stage 0 has no block,
+    # so its widen seed is split (a stage with blocks gives nothing up, and takes the general path).
+    host = _host()
+    torch.manual_seed(1)
+    host.plant(0, INDEX["widen_l"], gated=False)
+    assert host.slots[0].seed.split
+    _train_a_little(host)
+    x = torch.randn(4, 3, 16, 16)
+    alphas, flags = _controls(0.7, "full")
+    results = []
+    for per_sample in (False, True):
+        host.zero_grad()
+        a = alphas.view(3, 1).expand(3, 4).contiguous() if per_sample else alphas  # 4 configurations of 1
+        out = host(x, a, flags)
+        out.square().sum().backward()
+        results.append((out.detach(), [p.grad.clone() for p in host.parameters()]))
+    (folded, folded_grads), (general, general_grads) = results
+    scale = float(general.abs().max())
+    assert torch.allclose(folded, general, rtol=0.0, atol=1e-5 * scale)
+    for a, b in zip(folded_grads, general_grads, strict=True):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-4 * float(b.abs().max() + 1e-12))
