@@ -2,7 +2,9 @@
 
 Arms: ``esper_agent`` (our factored recurrent PPO), ``maskable_flat`` (sb3-contrib MaskablePPO on the flattened
 joint action with exact masks), ``maskable_multidiscrete`` (MaskablePPO on the MultiDiscrete heads with the
-marginal masks), ``heuristic``, ``random`` (uniform over valid joint actions) and ``static`` (always WAIT).
+marginal masks), ``heuristic``, ``random`` (uniform over valid joint actions) and ``static`` (always WAIT); and,
+from :mod:`benchmarks.h2h_arms`, ``plan:<name>`` and ``static:<name>`` (the screen's family plans and static sizes,
+each on its own starting host) and ``oracle`` (a ceiling: each episode the best fixed arm for its hidden condition).
 
 Each (arm, seed) is one resumable slice: it trains (learning arms) for ``--budget-epochs`` host epochs (the
 expensive unit: one sub-env step = one host epoch), then evaluates ``--eval-episodes`` episodes (one per sub-env of
@@ -50,14 +52,14 @@ import gymnasium as gym
 import numpy as np
 
 import esper_env  # noqa: F401
+from benchmarks import h2h_arms
 from benchmarks.common import device_name, run_stamp, write_atomic, write_json
 from benchmarks.sb3_actor import Sb3Actor, save_maskable
 from esper_agent.baselines import RandomValidActor, StaticActor
 from esper_agent.checkpoint import load_checkpoint, save_checkpoint
 from esper_agent.collect import rollout_seed
 from esper_agent.config import AgentConfig
-from esper_agent.envs import VectorEnvDriver
-from esper_agent.evaluate import PolicyActor, TimelineRecorder, run_episodes
+from esper_agent.evaluate import PolicyActor
 from esper_agent.heuristic import HeuristicActor
 from esper_agent.train import resolve_device
 from esper_agent.trainer import Trainer
@@ -68,9 +70,6 @@ from esper_env.spaces import head_sizes
 ARMS = ("esper_agent", "maskable_flat", "maskable_multidiscrete", "heuristic", "random", "static")
 LEARNING_ARMS = ("esper_agent", "maskable_flat", "maskable_multidiscrete")
 EVAL_SEED_OFFSET = 100_000  # evaluation envs never replay a training seed
-# Sub-envs of one evaluation env: on the GPU each holds its own CUDA-graph memory pools (about 0.8 GB on the
-# two-block Fast host), and 48 at once in each of four processes ran an H200 out of memory.
-EVAL_CHUNK = 16
 
 
 @dataclass
@@ -247,6 +246,8 @@ def _env_config(args: argparse.Namespace) -> EnvConfig:
 def make_actor(arm: str, args: argparse.Namespace, seed: int, folder: Path) -> Trained:
     """The arm's actor for seed ``seed``, trained if it learns (no curve and 0 seconds for the fixed policies)."""
     config = _env_config(args)
+    if h2h_arms.is_h2h_arm(arm):  # played by h2h_arms.evaluate_arm, each episode on its arm's starting host
+        return Trained(None)
     if arm == "static":
         return Trained(StaticActor())
     if arm == "random":
@@ -266,32 +267,21 @@ def eval_env_seeds(seed: int, episodes: int, stride: int) -> list[int]:
 
 def evaluate(actor: Any, args: argparse.Namespace, seed: int) -> tuple[list[dict], list[EpisodeRecord]]:
     """One episode per reset seed of :func:`eval_env_seeds`, each the first episode of a sub-env of a fresh
-    evaluation env (at most ``EVAL_CHUNK`` sub-envs at a time); test accuracy measured at each episode's end."""
+    evaluation env (:func:`benchmarks.h2h_arms.play_seeds`); test accuracy measured at each episode's end."""
     seeds = eval_env_seeds(seed, args.eval_episodes, args.eval_seed_stride)
-    # the evaluation's own settings win over --env-kwargs (which may name them too, e.g. report_test_accuracy)
-    kwargs = args.env_kwargs | {"autoreset_mode": "SameStep", "report_test_accuracy": True}
-    episodes, timelines = [], []
-    for start in range(0, len(seeds), EVAL_CHUNK):
-        chunk = seeds[start:start + EVAL_CHUNK]
-        envs = gym.make_vec(args.env, num_envs=len(chunk), **kwargs)
-        driver = VectorEnvDriver(envs)
-        recorder = TimelineRecorder(driver, envs.unwrapped.config.max_epochs)
-        records = run_episodes(driver, actor, len(chunk), chunk[0], on_step=recorder)  # sub-env i: chunk[0] + i
-        envs.close()
-        timelines += recorder.timelines_of(records)
-        episodes += [{"env_seed": env_seed, "return": r.episode_return, "val_accuracy": r.final_accuracy,
-                      "test_accuracy": r.test_accuracy, "seed_params": r.seed_params, "rollback": r.rollback,
-                      "length": r.length, "invalid_rate": float(np.mean(t.invalid_action))}
-                     for env_seed, r, t in zip(chunk, records, timelines[-len(chunk):], strict=True)]
-    return episodes, timelines
+    return h2h_arms.play_seeds(actor, args.env, args.env_kwargs, seeds)
 
 
 def run_slice(arm: str, seed: int, args: argparse.Namespace, folder: Path) -> dict:
     trained = make_actor(arm, args, seed, folder)
     start = time.perf_counter()
-    episodes, records = evaluate(trained.actor, args, seed)
-    finished = time.perf_counter()
     extra: dict[str, Any] = {}
+    if h2h_arms.is_h2h_arm(arm):
+        seeds = eval_env_seeds(seed, args.eval_episodes, args.eval_seed_stride)
+        episodes, records, extra = h2h_arms.evaluate_arm(arm, args, seeds)
+    else:
+        episodes, records = evaluate(trained.actor, args, seed)
+    finished = time.perf_counter()
     if trained.last_actor is not None:
         extra = {"selection": trained.selection, "last_policy_episodes": evaluate(trained.last_actor, args, seed)[0],
                  "last_policy_eval_seconds": time.perf_counter() - finished}
@@ -327,7 +317,7 @@ def write_slice(path: Path, result: dict) -> None:
 
 def slice_folder(out: Path, env: str, arm: str, label: str = "") -> Path:
     """Where an arm's slices of one env go: ``<out>/<env>/<arm>``, or ``<arm>-<label>`` for a labelled run."""
-    return out / env / (f"{arm}-{label}" if label else arm)
+    return out / env / h2h_arms.folder_name(f"{arm}-{label}" if label else arm)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -335,7 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="Esper-CIFAR10-Fast-v0")
     parser.add_argument("--env-kwargs", type=json.loads, default={}, help="JSON dict of env arguments")
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), help=f"of {', '.join(ARMS)}; also 'plan:<name>', "
+                        "'static:<name>' and 'oracle' (benchmarks.h2h_arms)")
+    parser.add_argument("--oracle-from", type=Path, help="the screen summary.json the oracle arm picks from")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--num-envs", type=int, default=8, help="training sub-envs of the learning arms")
     parser.add_argument("--budget-epochs", type=int, default=8000, help="training budget (host epochs, summed "
@@ -369,6 +361,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                      f"least --eval-episodes ({args.eval_episodes}), so that no two seeds share an episode")
     if args.time_limit_s is not None and not args.time_limit_s >= 0:
         parser.error(f"--time-limit-s {args.time_limit_s}: expected a number of seconds >= 0")
+    try:
+        h2h_arms.check_arms(args.arms, ARMS, args.oracle_from)
+    except (ValueError, OSError) as error:
+        parser.error(f"--arms {' '.join(args.arms)}: {error}")
     return args
 
 
