@@ -22,8 +22,11 @@ gets a row "(sampled actions)" for its policy sampling its actions on the same e
 ``summary.json``, ``table.md``, ``curves.png`` and, for each learning arm whose slices recorded the PPO telemetry
 (esper_agent), ``telemetry-<arm>.png`` (op histogram, entropy per head, KL, explained variance per update; drawn by
 :mod:`benchmarks.compare_plots`) into
-the folder. ``--seeds 8 9 ...`` scores only those seeds of every arm (e.g. a confirmation run's fresh seeds, apart
-from the seeds its candidate was chosen on) into ``summary-seeds<...>.json`` and ``table-seeds<...>.md``.
+the folder. Slices whose episodes record their hidden condition and ops (``benchmarks.h2h_arms``) also get, from
+:mod:`benchmarks.h2h_report`, each arm's final params, training FLOPs, horizon and plans by condition (in
+``summary.json`` and a section of ``table.md``) and ``accuracy-flops.png`` with the static frontier.
+``--seeds 8 9 ...`` scores only those seeds of every arm (e.g. a confirmation run's fresh seeds, apart from the
+seeds its candidate was chosen on) into ``summary-seeds<...>.json`` and ``table-seeds<...>.md``.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from benchmarks import h2h_report
 from benchmarks.compare_agents import eval_env_seeds, records_path
 from benchmarks.compare_plots import plot_curves, plot_telemetry
 from esper_agent.evaluate import mean_ci95
@@ -239,6 +243,7 @@ def summarize(arms: dict[str, list[dict]]) -> list[dict]:
             "per_seed": [{"seed": s["seed"], "test_accuracy": t, "seed_params": p, "grown": grown([s]),
                           "kept_update": (s.get("selection") or {}).get("update")}
                          for s, t, p in zip(slices, per_seed_test, per_seed_params, strict=True)],
+            **h2h_report.row_fields(slices, counted[arm]),  # cost, horizon and plans, where the slices record them
         })
     return rows
 
@@ -297,6 +302,7 @@ def markdown(rows: list[dict], env: str) -> str:
                      f"{pct(r['invalid_rate'])} | {r['budget_host_epochs']} | "
                      f"{r['rollbacks']} | {r['seconds_per_seed']:.0f} |")
     lines += _goal_lines(rows)
+    lines += h2h_report.markdown_lines(rows)  # cost, horizon and plans, where the slices record them
     lines += ["", "Per seed (mean over its counted evaluation episodes):", "",
               "| arm | seed | test accuracy % | seed params | grown | kept policy (collected update) |",
               "|---|---:|---:|---:|---|---:|"]
@@ -358,6 +364,7 @@ def main(argv: list[str] | None = None) -> None:
     (args.folder / f"table{suffix}.md").write_text(markdown(rows, env))
     if args.seeds is None:  # the figures are of the whole campaign
         plot_curves(arms, rows, args.folder / "curves.png", env)
+        h2h_report.plot_accuracy_flops(rows, args.folder / "accuracy-flops.png", env)
         for arm, slices in arms.items():
             plot_telemetry(slices, args.folder / f"telemetry-{arm}.png", f"{arm} on {env}")
     print(markdown(rows, env))

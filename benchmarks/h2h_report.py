@@ -1,0 +1,186 @@
+"""What the head-to-head adds to ``benchmarks.compare_report``: per arm, what it cost (final parameters, training
+FLOPs) beside its return and test accuracy, how each learner read the end of an episode (the horizon), what it
+grows, where and when under each hidden condition, and a figure of test accuracy against training FLOPs with
+every arm's seeds and the static frontier drawn as a line.
+
+It reads what ``benchmarks.h2h_arms.EpisodeFacts`` records in each evaluation episode (``condition``, ``ops``,
+``params``, ``train_flops``); slices written before it recorded them get none of this (:func:`row_fields` adds
+nothing and :func:`markdown_lines` writes nothing), so the committed tables stay what they were.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from benchmarks.h2h_arms import ORACLE
+from esper_env.spaces import Op
+
+CEILING = "ceiling"  # the oracle's kind: it knows the hidden condition, so it is reported, not a rival
+COSTS = ("return", "test_accuracy", "final_params", "train_flops")
+EPISODE_KEYS = {"return": "return", "test_accuracy": "test_accuracy", "final_params": "params",
+                "train_flops": "train_flops"}  # a per-seed cost -> the episode key it is the mean of
+
+
+def has_facts(slices: Sequence[dict]) -> bool:
+    """Whether any evaluation episode of ``slices`` recorded its condition and ops (``EpisodeFacts``)."""
+    return any("condition" in e for s in slices for e in s["episodes"])
+
+
+def kind_of(slice_: dict) -> str:
+    """What an arm is, for reading the table: ``ceiling`` (the oracle), ``static`` (WAIT on a starting host: the
+    static frontier), ``plan`` (a fixed growth plan), ``learner`` (trained for a budget) or ``policy`` (the other
+    fixed policies: heuristic, random)."""
+    arm = slice_["arm"]
+    if arm == ORACLE:
+        return CEILING
+    if arm == "static" or arm.startswith("static:"):
+        return "static"
+    if arm.startswith("plan:"):
+        return "plan"
+    return "learner" if slice_["budget_host_epochs"] > 0 else "policy"
+
+
+def _mean(values: Sequence[Any]) -> float:
+    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    return float(np.mean(finite)) if finite else math.nan
+
+
+def per_seed_costs(slices: Sequence[dict], counted: Sequence[dict[int, dict]]) -> list[dict[str, Any]]:
+    """Per slice, the means of :data:`COSTS` over its counted episodes (``compare_report.counted_episodes``)."""
+    return [{"seed": s["seed"], **{key: _mean([e.get(EPISODE_KEYS[key]) for e in episodes.values()])
+                                   for key in COSTS}}
+            for s, episodes in zip(slices, counted, strict=True)]
+
+
+def horizon_of(slices: Sequence[dict]) -> str | None:
+    """How the arm's training read the end at ``max_epochs`` (``terminal`` or ``truncated``; both, joined by
+    '/', if its seeds differ); None for an arm that does not learn."""
+    found = sorted({s.get("horizon") for s in slices} - {None})
+    return "/".join(found) if found else None
+
+
+def plans(slices: Sequence[dict]) -> dict[str, dict[str, Any]]:
+    """Per hidden condition, over every evaluation episode of ``slices``: how many episodes, the count of each
+    executed (op, blueprint, slot), most frequent first, the episode steps at which germinations happened and
+    the germinations per episode: what the arm grows, where and when, without being told the condition."""
+    found: dict[str, dict[str, Any]] = {}
+    for episode in (e for s in slices for e in s["episodes"] if "condition" in e):
+        entry = found.setdefault(str(episode["condition"]), {"episodes": 0, "ops": Counter(), "at": Counter()})
+        entry["episodes"] += 1
+        for step, op, slot, blueprint in episode["ops"]:
+            entry["ops"][(op, blueprint, slot)] += 1
+            entry["at"][step] += int(op == "germinate")
+    out = {}
+    for condition in sorted(found):
+        entry = found[condition]
+        # most frequent first; ties in the op table's order (germinate before fossilize), then by slot
+        ops = sorted(entry["ops"].items(), key=lambda item: (-item[1], Op[item[0][0].upper()], item[0][2],
+                                                             str(item[0][1])))
+        out[condition] = {
+            "episodes": entry["episodes"],
+            "ops": [{"op": op, "blueprint": blueprint, "slot": slot, "count": n} for (op, blueprint, slot), n in ops],
+            "germinations_at": {str(step): n for step, n in sorted(entry["at"].items()) if n},
+            "germinations_per_episode": sum(entry["at"].values()) / entry["episodes"]}
+    return out
+
+
+def row_fields(slices: Sequence[dict], counted: Sequence[dict[int, dict]]) -> dict[str, Any]:
+    """The head-to-head's fields of an arm's row in ``summary.json``; none for slices without ``EpisodeFacts``."""
+    if not has_facts(slices):
+        return {}
+    seeds = per_seed_costs(slices, counted)
+    return {"kind": kind_of(slices[0]), "final_params": _mean([p["final_params"] for p in seeds]),
+            "train_flops": _mean([p["train_flops"] for p in seeds]), "horizon": horizon_of(slices),
+            "per_seed_costs": seeds, "plans": plans(slices)}
+
+
+def static_frontier(rows: Sequence[dict]) -> list[dict[str, Any]]:
+    """The static arms' mean (training FLOPs, test accuracy), by training FLOPs: every size trained from scratch."""
+    points = [{"arm": r["arm"], "train_flops": r["train_flops"], "test_accuracy": r["test_accuracy"]}
+              for r in rows if r.get("kind") == "static" and math.isfinite(r["train_flops"])]
+    return sorted(points, key=lambda p: p["train_flops"])
+
+
+def _number(value: float, spec: str, scale: float = 1.0) -> str:
+    return "n/a" if value is None or not math.isfinite(value) else format(scale * value, spec)
+
+
+def _horizon_line(rows: Sequence[dict]) -> str:
+    learners = {r["arm"]: r["horizon"] for r in rows if r["kind"] == "learner"}
+    if not learners:
+        return "Horizon: no learner ran."
+    if len(set(learners.values())) == 1:
+        return f"Horizon: every learner read the end at max_epochs as {next(iter(learners.values()))}."
+    named = ", ".join(f"{arm}: {h}" for arm, h in learners.items())
+    return f"Horizon: the learners read the end at max_epochs differently ({named}); not one choice for all."
+
+
+def markdown_lines(rows: Sequence[dict]) -> list[str]:
+    """The head-to-head's section of ``table.md``: cost and horizon per arm, the static frontier, and what each
+    arm grows under each hidden condition; nothing when no row has :func:`row_fields`."""
+    shown = [r for r in rows if "plans" in r]
+    if not shown:
+        return []
+    lines = ["", "## Cost, horizon and what each arm grows", "",
+             "Mean over seeds (each seed's counted episodes): the env's return (pp), test accuracy, final parameters "
+             "and training FLOPs (the family host's count; n/a elsewhere). The oracle is a ceiling, not a rival: it "
+             "knows each episode's hidden condition.", "",
+             "| arm | kind | seeds | return (pp) | test accuracy % | final params | training FLOPs | horizon |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in shown:
+        kind = "ceiling (knows the condition)" if r["kind"] == CEILING else r["kind"]
+        lines.append(f"| {r['arm']} | {kind} | {len(r['seeds'])} | {_number(r['return'], '.2f', 100)} | "
+                     f"{_number(r['test_accuracy'], '.2f', 100)} | {_number(r['final_params'], ',.0f')} | "
+                     f"{_number(r['train_flops'], '.3g')} | {r['horizon'] or '–'} |")
+    frontier = static_frontier(shown)
+    lines += ["", _horizon_line(shown), "", "Static frontier (static arms by training FLOPs): " + (
+        "; ".join(f"{p['arm']} {p['train_flops']:.3g} FLOPs, {100 * p['test_accuracy']:.2f}%" for p in frontier)
+        or "no static arm with training FLOPs") + ".", "",
+        "Plans by hidden condition, over every evaluation episode: op blueprint@slot ×count, and the episode steps "
+        "at which germinations happened (step ×count).", ""]
+    for r in shown:
+        for condition, p in r["plans"].items():
+            ops = ", ".join(f"{o['op']}{' ' + o['blueprint'] if o['blueprint'] else ''}@{o['slot']} ×{o['count']}"
+                            for o in p["ops"]) or "WAIT only"
+            at = ", ".join(f"{step} ×{n}" for step, n in p["germinations_at"].items()) or "none"
+            lines.append(f"- {r['arm']}, {condition} ({p['episodes']} episodes, {p['germinations_per_episode']:.2f} "
+                         f"germinations each): {ops}; germinations at steps {at}")
+    return lines
+
+
+def plot_accuracy_flops(rows: Sequence[dict], path: Path, env: str) -> bool:
+    """Test accuracy against training FLOPs: every arm's seeds as points, the static frontier (the static arms'
+    means by training FLOPs) as a line; False (no file) when no row has training FLOPs."""
+    shown = [r for r in rows if any(math.isfinite(p["train_flops"]) for p in r.get("per_seed_costs", []))]
+    if not shown:
+        return False
+    figure = Figure(figsize=(9, 5.5), dpi=110)
+    axis = figure.add_subplot()
+    for k, r in enumerate(shown):
+        points = [(p["train_flops"], 100 * p["test_accuracy"]) for p in r["per_seed_costs"]
+                  if math.isfinite(p["train_flops"]) and math.isfinite(p["test_accuracy"])]
+        marker = {"static": "s", CEILING: "*", "plan": "^", "learner": "o"}.get(r["kind"], "D")
+        label = f"{r['arm']} (ceiling)" if r["kind"] == CEILING else r["arm"]
+        if points:
+            x, y = np.array(points).T
+            axis.scatter(x, y, marker=marker, color=f"C{k % 10}", alpha=0.7, label=label)
+    frontier = static_frontier(shown)
+    if frontier:
+        axis.plot([p["train_flops"] for p in frontier], [100 * p["test_accuracy"] for p in frontier], color="black",
+                  linewidth=1.2, label="static frontier (means)")
+    if all(p["train_flops"] > 0 for r in shown for p in r["per_seed_costs"] if math.isfinite(p["train_flops"])):
+        axis.set_xscale("log")  # the frontier spans sizes that differ by orders of magnitude
+    axis.set(xlabel="training FLOPs (episode total)", ylabel="test accuracy (%)", title=f"{env}: one point per seed")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    figure.tight_layout()
+    FigureCanvasAgg(figure).print_png(str(path))
+    return True

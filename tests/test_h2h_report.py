@@ -1,0 +1,95 @@
+"""The head-to-head's report additions on hand-made slices: cost per arm, the learners' horizon, plans by hidden
+condition and the accuracy-against-FLOPs figure with the static frontier."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import compare_report, h2h_report
+from benchmarks.h2h_arms import folder_name
+
+GROW = [[0, "germinate", 0, "widen_s"], [1, "germinate", 1, "widen_s"], [4, "fossilize", 0, None]]
+
+
+def _episode(env_seed: int, test: float, condition: str, ops: list, params: float, flops: float) -> dict:
+    return {"env_seed": env_seed, "return": test - 0.1, "val_accuracy": test, "test_accuracy": test,
+            "seed_params": 0.0, "rollback": False, "length": 6, "invalid_rate": 0.0, "condition": condition,
+            "ops": ops, "params": params, "train_flops": flops}
+
+
+def _slice(arm: str, seed: int, test: float, ops: list, params: float, flops: float, budget: int = 0,
+           horizon: str | None = None) -> dict:
+    """Two evaluation episodes of reset seeds 100k + 10 seed + (0, 1), on conditions full and pool5k; the second's
+    test accuracy and costs 10% above the first's."""
+    episodes = [_episode(100_000 + 10 * seed + i, test * (1 + 0.1 * i), condition, ops, params * (1 + 0.1 * i),
+                         flops * (1 + 0.1 * i)) for i, condition in enumerate(("full", "pool5k"))]
+    return {"arm": arm, "seed": seed, "episodes": episodes, "budget_host_epochs": budget, "horizon": horizon,
+            "train_seconds": 0.0, "eval_seconds": 1.0, "device": "cpu", "curve": []}
+
+
+def _write(folder: Path, slices: list[dict]) -> None:
+    for s in slices:
+        path = folder / folder_name(s["arm"]) / f"seed{s['seed']}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(s))
+
+
+def test_the_report_gives_cost_horizon_plans_and_the_frontier_per_arm(tmp_path):
+    folder = tmp_path / "Esper-Synthetic-v0"
+    _write(folder, [_slice(arm, seed, test, ops, params, flops, budget, horizon)
+                    for seed in (0, 1)
+                    for arm, test, ops, params, flops, budget, horizon in (
+                        ("static", 0.50, [], 1e4, 2e12, 0, None),
+                        ("static:small", 0.60, [], 4e4, 8e12, 0, None),
+                        ("static:wide", 0.55, [], 1.6e5, 3e13, 0, None),
+                        ("plan:grow-x2@0", 0.58, GROW, 4e4, 7e12, 0, None),
+                        ("oracle", 0.62, [], 4e4, 8e12, 0, None),
+                        ("esper_agent", 0.57, GROW[:1], 2e4, 5e12, 96, "terminal"),
+                        ("maskable_flat", 0.52, [], 1e4, 2e12, 96, "truncated"))])
+    compare_report.main([str(folder)])
+    rows = {r["arm"]: r for r in json.loads((folder / "summary.json").read_text())}
+    small = rows["static_small"]
+    assert small["kind"] == "static" and small["final_params"] == pytest.approx(4.2e4)
+    assert small["train_flops"] == pytest.approx(8.4e12)
+    assert small["per_seed_costs"][1] == pytest.approx({"seed": 1, "return": 0.53, "test_accuracy": 0.63,
+                                                         "final_params": 4.2e4, "train_flops": 8.4e12})
+    assert rows["oracle"]["kind"] == "ceiling" and rows["esper_agent"]["kind"] == "learner"
+    assert rows["esper_agent"]["horizon"] == "terminal" and rows["static"]["horizon"] is None
+    plan = rows["plan_grow-x2_at0"]["plans"]
+    assert sorted(plan) == ["full", "pool5k"]
+    assert plan["full"] == {"episodes": 2, "germinations_at": {"0": 2, "1": 2}, "germinations_per_episode": 2.0,
+                            "ops": [{"op": "germinate", "blueprint": "widen_s", "slot": 0, "count": 2},
+                                    {"op": "germinate", "blueprint": "widen_s", "slot": 1, "count": 2},
+                                    {"op": "fossilize", "blueprint": None, "slot": 0, "count": 2}]}
+    assert rows["static"]["plans"]["pool5k"]["ops"] == [] and rows["static"]["plans"]["pool5k"]["episodes"] == 2
+    table = (folder / "table.md").read_text()
+    section = table.split("## Cost, horizon and what each arm grows")[1]
+    assert "| oracle | ceiling (knows the condition) | 2 | 55.10 | 65.10 | 42,000 | 8.4e+12 | – |" in section
+    assert "| esper_agent | learner | 2 | 49.85 | 59.85 | 21,000 | 5.25e+12 | terminal |" in section
+    assert "differently (esper_agent: terminal, maskable_flat: truncated)" in section
+    assert ("Static frontier (static arms by training FLOPs): static 2.1e+12 FLOPs, 52.50%; static_small 8.4e+12 "
+            "FLOPs, 63.00%; static_wide 3.15e+13 FLOPs, 57.75%.") in section
+    assert ("- plan_grow-x2_at0, full (2 episodes, 2.00 germinations each): germinate widen_s@0 ×2, germinate "
+            "widen_s@1 ×2, fossilize@0 ×2; germinations at steps 0 ×2, 1 ×2") in section
+    assert "- static, pool5k (2 episodes, 0.00 germinations each): WAIT only; germinations at steps none" in section
+    assert (folder / "accuracy-flops.png").stat().st_size > 0
+
+
+def test_the_frontier_the_horizon_line_and_slices_without_facts():
+    rows = [{"arm": "b", "kind": "static", "train_flops": 9.0, "test_accuracy": 0.7},
+            {"arm": "a", "kind": "static", "train_flops": 3.0, "test_accuracy": 0.6},
+            {"arm": "g", "kind": "plan", "train_flops": 5.0, "test_accuracy": 0.9},
+            {"arm": "n", "kind": "static", "train_flops": float("nan"), "test_accuracy": 0.5}]
+    assert [p["arm"] for p in h2h_report.static_frontier(rows)] == ["a", "b"]
+    learners = [{"arm": a, "kind": "learner", "horizon": "truncated"} for a in ("esper_agent", "maskable_flat")]
+    assert h2h_report._horizon_line(learners) == "Horizon: every learner read the end at max_epochs as truncated."
+    old = _slice("heuristic", 0, 0.5, [], 1.0, 1.0)
+    old["episodes"] = [{k: v for k, v in e.items() if k not in ("condition", "ops", "params", "train_flops")}
+                       for e in old["episodes"]]
+    assert h2h_report.row_fields([old], compare_report.counted_episodes([old])) == {}
+    rows = compare_report.summarize({"heuristic": [old]})
+    assert h2h_report.markdown_lines(rows) == [] and "## Cost" not in compare_report.markdown(rows, "env")
+    assert not h2h_report.plot_accuracy_flops(rows, Path("unused.png"), "env")
