@@ -46,8 +46,8 @@ from benchmarks import h2h_report
 from benchmarks.compare_agents import eval_env_seeds, records_path
 from benchmarks.compare_plots import plot_curves, plot_telemetry
 from esper_agent.evaluate import mean_ci95
+from esper_env.blueprints import catalogue
 from esper_env.lifecycle import Stage
-from esper_env.spaces import BLUEPRINT_NAMES
 
 ORDER = ("esper_agent", "maskable_flat", "maskable_multidiscrete", "heuristic", "random", "static")
 RIVALS = ("heuristic", "maskable_flat", "maskable_multidiscrete")  # the arms the goal's CI must clear
@@ -193,16 +193,18 @@ def paired_difference(slices: list[dict], reference: list[dict]) -> tuple[float,
     return mean, half, len(diffs)
 
 
-def _slot_at_end(blueprint: int, stage: int) -> str:
-    """A slot's seed at the end of an episode: its blueprint, starred while not yet fossilized; '-' if none."""
+def _slot_at_end(blueprint: int, stage: int, host: str) -> str:
+    """A slot's seed at the end of an episode: its blueprint in the catalogue of the episode's host, starred while
+    not yet fossilized; '-' if none."""
     if Stage.GERMINATED <= stage <= Stage.HOLDING:
-        return BLUEPRINT_NAMES[blueprint] + "*"
-    return BLUEPRINT_NAMES[blueprint] if stage == Stage.FOSSILIZED else "-"
+        return catalogue(host)[blueprint].name + "*"
+    return catalogue(host)[blueprint].name if stage == Stage.FOSSILIZED else "-"
 
 
 def grown(slices: list[dict]) -> str:
     """The most common end-of-episode set of seeds over all evaluation episodes, with its share."""
-    counts = Counter(", ".join(_slot_at_end(b, st) for b, st in zip(r["blueprint"][-1], r["stage"][-1], strict=True))
+    counts = Counter(", ".join(_slot_at_end(b, st, r.get("host", "small"))  # timelines before the family host: small
+                               for b, st in zip(r["blueprint"][-1], r["stage"][-1], strict=True))
                      for s in slices for r in s.get("episode_records", []))
     if not counts:
         return "n/a"

@@ -10,6 +10,8 @@ import pytest
 
 from benchmarks import compare_report, h2h_report
 from benchmarks.h2h_arms import folder_name
+from esper_env.blueprints import BLUEPRINTS, FAMILY_BLUEPRINTS
+from esper_env.lifecycle import Stage
 
 GROW = [[0, "germinate", 0, "widen_s"], [1, "germinate", 1, "widen_s"], [4, "fossilize", 0, None]]
 
@@ -93,3 +95,13 @@ def test_the_frontier_the_horizon_line_and_slices_without_facts():
     rows = compare_report.summarize({"heuristic": [old]})
     assert h2h_report.markdown_lines(rows) == [] and "## Cost" not in compare_report.markdown(rows, "env")
     assert not h2h_report.plot_accuracy_flops(rows, Path("unused.png"), "env")
+
+
+def test_grown_names_seeds_from_the_catalogue_of_the_episodes_host():
+    def timeline(**host: str) -> dict:
+        return {"blueprint": [[0, 1, -1]], "stage": [[Stage.GERMINATED, Stage.FOSSILIZED, Stage.DORMANT]], **host}
+
+    family = compare_report.grown([{"episode_records": [timeline(host="family")]}])
+    assert family == f"{FAMILY_BLUEPRINTS[0].name}*, {FAMILY_BLUEPRINTS[1].name}, - (100%)"
+    small = compare_report.grown([{"episode_records": [timeline()]}])  # timelines from before the family host
+    assert small == f"{BLUEPRINTS[0].name}*, {BLUEPRINTS[1].name}, - (100%)"
