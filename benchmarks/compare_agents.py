@@ -43,8 +43,6 @@ import gzip
 import json
 import math
 import time
-from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +50,12 @@ import gymnasium as gym
 import numpy as np
 
 import esper_env  # noqa: F401
-from benchmarks import h2h_arms
+from benchmarks import h2h_arms, sb3_train
 from benchmarks.common import device_name, run_stamp, write_atomic, write_json
-from benchmarks.sb3_actor import Sb3Actor, save_maskable
+from benchmarks.sb3_actor import save_maskable  # noqa: F401  (checkpoint_cost saves as the maskable arms do)
+from benchmarks.slice_state import Paused, Trained, TrainingClock, check_saved_settings
 from esper_agent.baselines import RandomValidActor, StaticActor
 from esper_agent.checkpoint import load_checkpoint, save_checkpoint
-from esper_agent.collect import rollout_seed
 from esper_agent.config import AgentConfig
 from esper_agent.evaluate import PolicyActor
 from esper_agent.heuristic import HeuristicActor
@@ -70,38 +68,6 @@ from esper_env.spaces import head_sizes
 ARMS = ("esper_agent", "maskable_flat", "maskable_multidiscrete", "heuristic", "random", "static")
 LEARNING_ARMS = ("esper_agent", "maskable_flat", "maskable_multidiscrete")
 EVAL_SEED_OFFSET = 100_000  # evaluation envs never replay a training seed
-
-
-@dataclass
-class Trained:
-    """What a slice evaluates: the arm's actor, its training curve and seconds; for a learning arm, the same
-    policy sampling its actions (``sampled_actor``, evaluated with ``--eval-sampled``); for an esper_agent run with
-    ``select_best_window``, also the last policy trained (``last_actor``, evaluated on the same episodes, so the
-    slice shows what the choice changed) and which policy was kept (``selection``)."""
-
-    actor: Any
-    curve: list[dict] = field(default_factory=list)
-    train_seconds: float = 0.0
-    last_actor: Any = None
-    selection: dict[str, Any] | None = None
-    sampled_actor: Any = None
-
-
-class Paused(Exception):
-    """A learning slice stopped at ``--time-limit-s`` with its training state saved; rerun to continue it."""
-
-
-class TrainingClock:
-    """This run's training time against ``--time-limit-s``, plus what earlier runs of the slice spent."""
-
-    def __init__(self, limit_s: float | None, earlier_s: float = 0.0) -> None:
-        self.limit_s, self.earlier_s, self.start = limit_s, earlier_s, time.perf_counter()
-
-    def out_of_time(self) -> bool:
-        return self.limit_s is not None and time.perf_counter() - self.start >= self.limit_s
-
-    def total_s(self) -> float:
-        return self.earlier_s + time.perf_counter() - self.start
 
 
 def slice_settings(arm: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -118,20 +84,12 @@ def horizon(arm: str, args: argparse.Namespace) -> str | None:
         return agent if arm == "esper_agent" else args.sb3_horizon or agent
 
 
-def check_saved_settings(saved: Path, settings: dict[str, Any], expected: dict[str, Any]) -> None:
-    differ = sorted(k for k in expected if settings.get(k) != expected[k])
-    if differ:
-        raise ValueError(f"{saved} was saved with other {', '.join(differ)} than this run "
-                         f"({ {k: settings.get(k) for k in differ} } against { {k: expected[k] for k in differ} }); "
-                         "continue it with the settings it was saved with, or delete it to start that slice over")
-
-
 def saved_state(arm: str, seed: int, folder: Path) -> list[Path]:
     """The files that hold a learning slice's training state between runs (none for the fixed policies)."""
     if arm == "esper_agent":
         return [folder / f"seed{seed}.ckpt"]
-    if arm in LEARNING_ARMS:  # the model, and its curve and settings (saved first; host epochs tie the two)
-        return [folder / f"seed{seed}.sb3.zip", folder / f"seed{seed}.curve.json"]
+    if arm in LEARNING_ARMS:
+        return sb3_train.state_paths(seed, folder)
     return []
 
 
@@ -174,65 +132,6 @@ def train_esper_agent(args: argparse.Namespace, seed: int, folder: Path) -> Trai
     return Trained(kept, curve, clock.total_s(), last_actor=last, selection=selection, sampled_actor=sampled)
 
 
-def train_maskable(args: argparse.Namespace, seed: int, flatten: bool, folder: Path) -> Trained:
-    from sb3_contrib import MaskablePPO
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.vec_env import VecMonitor
-
-    from esper_env.sb3 import make_sb3_env
-
-    name = "maskable_flat" if flatten else "maskable_multidiscrete"
-    [saved, saved_curve], settings = saved_state(name, seed, folder), slice_settings(name, args)
-    curve: list[dict] = []
-    clock = TrainingClock(args.time_limit_s)
-    env = VecMonitor(make_sb3_env(args.env, args.num_envs, flatten, horizon=horizon(name, args), **args.env_kwargs))
-    steps = _env_config(args).max_epochs
-    if saved.exists():
-        if not saved_curve.exists():
-            raise ValueError(f"{saved} has no {saved_curve.name} beside it (a save was cut short); delete "
-                             f"{saved.name} to start that slice over")
-        record = json.loads(saved_curve.read_text())
-        check_saved_settings(saved, record["settings"], settings)
-        curve, clock.earlier_s = record["curve"], record["train_seconds"]
-        model = MaskablePPO.load(saved, env=env, device="cpu")
-        if model.num_timesteps != record["host_epochs"]:
-            raise ValueError(f"{saved} is at {model.num_timesteps} host epochs but {saved_curve.name} at "
-                             f"{record['host_epochs']} (a save was cut short); delete both to start over")
-        print(f"{name} seed {seed}: continues from {model.num_timesteps} host epochs", flush=True)
-    else:
-        # Four minibatches per rollout, at least two samples each: a minibatch of one has no advantage std (NaN).
-        batch = max(2, steps * args.num_envs // 4)
-        model = MaskablePPO("MlpPolicy", env, n_steps=steps, batch_size=batch, seed=seed, device="cpu", verbose=0)
-    # Reseed everything but the initial weights (env resets, action sampling) from a hash of (seed, host epochs
-    # so far), as esper_agent's rollouts are: seed k + i as reset seeds would give seed k+1 all but one of seed
-    # k's sub-env streams, and a continued run would replay its first episodes and its first sampled actions.
-    model.set_random_seed(rollout_seed(seed, model.num_timesteps))
-
-    class Curve(BaseCallback):
-        def _on_step(self) -> bool:
-            for info, done in zip(self.locals["infos"], self.locals["dones"], strict=True):
-                if done and "episode" in info:
-                    curve.append({"host_epochs": self.num_timesteps, "final_accuracy": info.get("val_accuracy"),
-                                  "return": float(info["episode"]["r"])})
-            return True
-
-    while model.num_timesteps < args.budget_epochs:
-        # One rollout and its update per call: reset_num_timesteps=False continues the count and the episodes.
-        # Each call sees a total of (count so far + one rollout), which would matter for a scheduled learning
-        # rate or clip range; MaskablePPO's defaults used here are constant.
-        model.learn(total_timesteps=min(steps * args.num_envs, args.budget_epochs - model.num_timesteps),
-                    callback=Curve(), reset_num_timesteps=False)
-        save_maskable(model, saved, saved_curve, {"curve": curve, "train_seconds": clock.total_s(),
-                                                   "host_epochs": model.num_timesteps, "settings": settings})
-        if model.num_timesteps < args.budget_epochs and clock.out_of_time():
-            env.close()
-            raise Paused(f"{name} seed {seed}: paused at {model.num_timesteps}/{args.budget_epochs} host "
-                         f"epochs; state in {saved}")
-    env.close()
-    actor = partial(Sb3Actor, model, flatten, _env_config(args).num_slots)
-    return Trained(actor(), curve, clock.total_s(), sampled_actor=actor(deterministic=False, seed=seed))
-
-
 def _agent_config(args: argparse.Namespace) -> AgentConfig:
     """The whole agent config of the esper_agent arm (recorded in its slices: defaults change between versions)."""
     return AgentConfig(**({"rollout_steps": _env_config(args).max_epochs} | json.loads(args.agent_kwargs)))
@@ -256,7 +155,7 @@ def make_actor(arm: str, args: argparse.Namespace, seed: int, folder: Path) -> T
         return Trained(HeuristicActor(config.num_slots, host=config.host))
     if arm == "esper_agent":
         return train_esper_agent(args, seed, folder)
-    return train_maskable(args, seed, arm == "maskable_flat", folder)
+    return sb3_train.train_maskable(args, seed, folder, slice_settings(arm, args), config)
 
 
 def eval_env_seeds(seed: int, episodes: int, stride: int) -> list[int]:

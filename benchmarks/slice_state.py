@@ -1,0 +1,51 @@
+"""What a ``compare_agents`` slice carries from training to evaluation, and what lets a learning slice's training
+span runs: the trained policies (:class:`Trained`), the pause at ``--time-limit-s`` (:class:`Paused`,
+:class:`TrainingClock`) and the check that a saved state continues only under the settings it was saved with."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Trained:
+    """What a slice evaluates: the arm's actor, its training curve and seconds; for a learning arm, the same
+    policy sampling its actions (``sampled_actor``, evaluated with ``--eval-sampled``); for an esper_agent run with
+    ``select_best_window``, also the last policy trained (``last_actor``, evaluated on the same episodes, so the
+    slice shows what the choice changed) and which policy was kept (``selection``)."""
+
+    actor: Any
+    curve: list[dict] = field(default_factory=list)
+    train_seconds: float = 0.0
+    last_actor: Any = None
+    selection: dict[str, Any] | None = None
+    sampled_actor: Any = None
+
+
+class Paused(Exception):
+    """A learning slice stopped at ``--time-limit-s`` with its training state saved; rerun to continue it."""
+
+
+class TrainingClock:
+    """This run's training time against ``--time-limit-s``, plus what earlier runs of the slice spent."""
+
+    def __init__(self, limit_s: float | None, earlier_s: float = 0.0) -> None:
+        self.limit_s, self.earlier_s, self.start = limit_s, earlier_s, time.perf_counter()
+
+    def out_of_time(self) -> bool:
+        return self.limit_s is not None and time.perf_counter() - self.start >= self.limit_s
+
+    def total_s(self) -> float:
+        return self.earlier_s + time.perf_counter() - self.start
+
+
+def check_saved_settings(saved: Path, settings: dict[str, Any], expected: dict[str, Any]) -> None:
+    """Refuse to continue the state ``saved`` under other settings than it was saved with (``settings``)."""
+    differ = sorted(k for k in expected if settings.get(k) != expected[k])
+    if differ:
+        raise ValueError(f"{saved} was saved with other {', '.join(differ)} than this run "
+                         f"({ {k: settings.get(k) for k in differ} } against { {k: expected[k] for k in differ} }); "
+                         "continue it with the settings it was saved with, or delete it to start that slice over")
