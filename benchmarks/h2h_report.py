@@ -27,6 +27,7 @@ CEILING = "ceiling"  # the oracle's kind: it knows the hidden condition, so it i
 COSTS = ("return", "test_accuracy", "final_params", "train_flops")
 EPISODE_KEYS = {"return": "return", "test_accuracy": "test_accuracy", "final_params": "params",
                 "train_flops": "train_flops"}  # a per-seed cost -> the episode key it is the mean of
+PAIRED = ("return", "test_accuracy", "train_flops")  # what each row keeps per episode, for pairing by reset seed
 
 
 def has_facts(slices: Sequence[dict]) -> bool:
@@ -92,6 +93,22 @@ def plans(slices: Sequence[dict]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def by_episode(slices: Sequence[dict], counted: Sequence[dict[int, dict]]) -> list[dict[str, Any]]:
+    """Every evaluation episode of ``slices`` whose reset seed is known, by training seed and reset seed: whether
+    it is one of its seed's counted episodes (``compare_report.counted_episodes``), its condition and
+    :data:`PAIRED`; what ``benchmarks.h2h_goals`` pairs across arms by reset seed, from the rows alone."""
+    out = []
+    for s, chosen in zip(slices, counted, strict=True):
+        # a counted episode's reset seed is its key there (derived for slices that did not record it)
+        counted_at = {id(e): reset for reset, e in chosen.items()}
+        for e in s["episodes"]:
+            reset = counted_at.get(id(e), e.get("env_seed"))
+            if reset is not None:
+                out.append({"seed": s["seed"], "env_seed": reset, "counted": id(e) in counted_at,
+                            "condition": e.get("condition"), **{key: e.get(key) for key in PAIRED}})
+    return sorted(out, key=lambda e: (e["seed"], e["env_seed"]))  # whatever order the slice kept them in
+
+
 def row_fields(slices: Sequence[dict], counted: Sequence[dict[int, dict]]) -> dict[str, Any]:
     """The head-to-head's fields of an arm's row in ``summary.json``; none for slices without ``EpisodeFacts``."""
     if not has_facts(slices):
@@ -99,7 +116,7 @@ def row_fields(slices: Sequence[dict], counted: Sequence[dict[int, dict]]) -> di
     seeds = per_seed_costs(slices, counted)
     return {"kind": kind_of(slices[0]), "final_params": _mean([p["final_params"] for p in seeds]),
             "train_flops": _mean([p["train_flops"] for p in seeds]), "horizon": horizon_of(slices),
-            "per_seed_costs": seeds, "plans": plans(slices)}
+            "per_seed_costs": seeds, "plans": plans(slices), "by_episode": by_episode(slices, counted)}
 
 
 def static_frontier(rows: Sequence[dict]) -> list[dict[str, Any]]:
