@@ -24,7 +24,9 @@ gets a row "(sampled actions)" for its policy sampling its actions on the same e
 :mod:`benchmarks.compare_plots`) into
 the folder. Slices whose episodes record their hidden condition and ops (``benchmarks.h2h_arms``) also get, from
 :mod:`benchmarks.h2h_report`, each arm's final params, training FLOPs, horizon and plans by condition (in
-``summary.json`` and a section of ``table.md``) and ``accuracy-flops.png`` with the static frontier.
+``summary.json`` and a section of ``table.md``) and ``accuracy-flops.png`` with the static frontier, and from
+:mod:`benchmarks.h2h_goals` whether the learner meets the head-to-head's goals (``goals.json`` and a section of
+``table.md``; the ``--goal-*`` flags name which rows play which part).
 ``--seeds 8 9 ...`` scores only those seeds of every arm (e.g. a confirmation run's fresh seeds, apart from the
 seeds its candidate was chosen on) into ``summary-seeds<...>.json`` and ``table-seeds<...>.md``.
 """
@@ -42,7 +44,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from benchmarks import h2h_report
+from benchmarks import h2h_goals, h2h_report
 from benchmarks.compare_agents import eval_env_seeds, records_path
 from benchmarks.compare_plots import plot_curves, plot_telemetry
 from esper_agent.evaluate import mean_ci95
@@ -274,7 +276,7 @@ def goal_check(rows: list[dict]) -> list[dict]:
     return checks
 
 
-def markdown(rows: list[dict], env: str) -> str:
+def markdown(rows: list[dict], env: str, roles: h2h_goals.Roles = h2h_goals.DEFAULT_ROLES) -> str:
     def pct(v: float) -> str:
         return "n/a" if not math.isfinite(v) else f"{100 * v:.2f}"
 
@@ -304,7 +306,7 @@ def markdown(rows: list[dict], env: str) -> str:
                      f"{pct(r['invalid_rate'])} | {r['budget_host_epochs']} | "
                      f"{r['rollbacks']} | {r['seconds_per_seed']:.0f} |")
     lines += _goal_lines(rows)
-    lines += h2h_report.markdown_lines(rows)  # cost, horizon and plans, where the slices record them
+    lines += h2h_report.markdown_lines(rows, roles)  # goals, cost, horizon and plans, where the slices record them
     lines += ["", "Per seed (mean over its counted evaluation episodes):", "",
               "| arm | seed | test accuracy % | seed params | grown | kept policy (collected update) |",
               "|---|---:|---:|---:|---|---:|"]
@@ -352,7 +354,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=None,
                         help="only these seeds of every arm; writes table-seeds<...>.md and summary-seeds<...>.json "
                              "and no figures, beside the whole table")
+    h2h_goals.add_arguments(parser)
     args = parser.parse_args(argv)
+    roles = h2h_goals.roles_from(args)
     arms = load_slices(args.folder)
     if args.seeds is not None:
         arms = only_seeds(arms, args.seeds)
@@ -363,13 +367,14 @@ def main(argv: list[str] | None = None) -> None:
     env = args.folder.name
     suffix = "" if args.seeds is None else f"-seeds{seed_list_name(args.seeds)}"
     (args.folder / f"summary{suffix}.json").write_text(json.dumps(rows, indent=1, default=float))
-    (args.folder / f"table{suffix}.md").write_text(markdown(rows, env))
+    (args.folder / f"table{suffix}.md").write_text(markdown(rows, env, roles))
+    h2h_goals.write_json(rows, roles, args.folder / f"goals{suffix}.json")
     if args.seeds is None:  # the figures are of the whole campaign
         plot_curves(arms, rows, args.folder / "curves.png", env)
         h2h_report.plot_accuracy_flops(rows, args.folder / "accuracy-flops.png", env)
         for arm, slices in arms.items():
             plot_telemetry(slices, args.folder / f"telemetry-{arm}.png", f"{arm} on {env}")
-    print(markdown(rows, env))
+    print(markdown(rows, env, roles))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from benchmarks import h2h_goals
 from benchmarks.h2h_arms import ORACLE
 from esper_env.spaces import Op
 
@@ -27,6 +28,8 @@ CEILING = "ceiling"  # the oracle's kind: it knows the hidden condition, so it i
 COSTS = ("return", "test_accuracy", "final_params", "train_flops")
 EPISODE_KEYS = {"return": "return", "test_accuracy": "test_accuracy", "final_params": "params",
                 "train_flops": "train_flops"}  # a per-seed cost -> the episode key it is the mean of
+HOLDS = {True: "yes", False: "no", None: "not read"}  # a goal's holds, as the table writes it
+ON_FRONTIER = {True: "on or above", False: "below", None: "not read"}
 PAIRED = ("return", "test_accuracy", "train_flops")  # what each row keeps per episode, for pairing by reset seed
 
 
@@ -140,13 +143,14 @@ def _horizon_line(rows: Sequence[dict]) -> str:
     return f"Horizon: the learners read the end at max_epochs differently ({named}); not one choice for all."
 
 
-def markdown_lines(rows: Sequence[dict]) -> list[str]:
-    """The head-to-head's section of ``table.md``: cost and horizon per arm, the static frontier, and what each
-    arm grows under each hidden condition; nothing when no row has :func:`row_fields`."""
+def markdown_lines(rows: Sequence[dict], roles: h2h_goals.Roles = h2h_goals.DEFAULT_ROLES) -> list[str]:
+    """The head-to-head's sections of ``table.md``: the goals (:func:`goal_lines`, ``roles`` naming who plays
+    which part), cost and horizon per arm, the static frontier, and what each arm grows under each hidden
+    condition; nothing when no row has :func:`row_fields`."""
     shown = [r for r in rows if "plans" in r]
     if not shown:
         return []
-    lines = ["", "## Cost, horizon and what each arm grows", "",
+    lines = [*goal_lines(h2h_goals.goals(rows, roles)), "", "## Cost, horizon and what each arm grows", "",
              "Mean over seeds (each seed's counted episodes): the env's return (pp), test accuracy, final parameters "
              "and training FLOPs (the family host's count; n/a elsewhere). The oracle is a ceiling, not a rival: it "
              "knows each episode's hidden condition.", "",
@@ -170,6 +174,76 @@ def markdown_lines(rows: Sequence[dict]) -> list[str]:
             at = ", ".join(f"{step} ×{n}" for step, n in p["germinations_at"].items()) or "none"
             lines.append(f"- {r['arm']}, {condition} ({p['episodes']} episodes, {p['germinations_per_episode']:.2f} "
                          f"germinations each): {ops}; germinations at steps {at}")
+    return lines
+
+
+def _paired(difference: dict[str, Any] | None, unit: str = "pp") -> tuple[str, str]:
+    """A paired difference (``h2h_goals.paired``) as (mean, 95% CI half-width) text: pp of a fraction, or FLOPs."""
+    if difference is None or difference["mean"] is None:
+        return "n/a", "n/a"
+    scale, spec = (100.0, ".2f") if unit == "pp" else (1.0, ".3g")
+    half = "n/a (one seed)" if difference["ci95"] is None else f"± {format(scale * difference['ci95'], spec)} {unit}"
+    return f"{format(scale * difference['mean'], '+' + spec)} {unit}", half
+
+
+def _goal_cells(goal: dict[str, Any]) -> tuple[str, str, str]:
+    """A goal's value, 95% CI and holds as the goals table writes them."""
+    if goal["missing"]:
+        return "n/a", "n/a", "not read: missing " + ", ".join(goal["missing"])
+    holds = HOLDS[goal["holds"]]
+    parts = [(name, _paired(goal[key], unit)) for key, name, unit in (
+        ("return", "return", "pp"), ("test_accuracy", "test accuracy", "pp"), ("train_flops", "training", "FLOPs"))
+        if key in goal]
+    if goal["goal"] == "static_frontier":
+        worst = goal["worst"]
+        parts = [] if worst is None else [(f"worst margin ({worst['condition']}, vs {worst['static']})",
+                                           (format(100 * worst["margin"], "+.2f") + " pp",
+                                            _paired(worst["paired"])[1] + " (paired)"))]
+        holds += f" (below on {', '.join(goal['fails_on'])})" if goal["fails_on"] else ""
+    if goal["goal"] == "fixed_plan":
+        gap = goal["gap_closed"]
+        share = "n/a" if gap["value"] is None else f"{gap['value']:.2f}"
+        bounds = gap["why"] if gap["ci95"] is None else f"{gap['ci95'][0]:.2f} to {gap['ci95'][1]:.2f} (Fieller)"
+        parts.append(("share of the gap closed", (share, bounds)))
+    value = "; ".join(f"{name} {mean}" for name, (mean, _) in parts) or "n/a"
+    return value, "; ".join(f"{name} {half}" for name, (_, half) in parts) or "n/a", holds
+
+
+def goal_lines(block: dict[str, Any]) -> list[str]:
+    """The goals' section of ``table.md`` from ``h2h_goals.goals``: the learner's paired differences to the best
+    fixed plan, the heuristic and the best MaskablePPO row, each goal's value, CI and whether it holds, and the
+    learner against the static frontier per condition; nothing for an empty block."""
+    if not block:
+        return []
+    learner, chosen = block["roles"]["learner"], block["selection"]
+    lines = ["", "## Goals", "",
+             f"Learner: {learner} (its own row's evaluation). Paired by reset seed: per learner seed, the mean over "
+             "its counted evaluation episodes of (learner − the other arm's episode on the same reset seed), then the "
+             "mean over learner seeds with a Student-t 95% CI. The best fixed plan (among "
+             f"{', '.join(chosen['fixed_among']) or 'none'}) and the best MaskablePPO row (among "
+             f"{', '.join(chosen['maskable_among']) or 'none'}) are those with {chosen['rule']}: a choice that "
+             "favours them. The share of the gap closed is (learner − plan) / (oracle − plan) in return, the ratio "
+             "of the means over learner seeds, with Fieller's 95% CI; it holds at a share ≥ 0.5.", ""]
+    if block["differences"]:
+        lines += [f"| {learner} − | arm | return | test accuracy | training FLOPs | learner seeds paired |",
+                  "|---|---|---:|---:|---:|---:|"]
+        for d in block["differences"]:
+            cells = [" ".join(_paired(d[key], unit)) for key, unit in (
+                ("return", "pp"), ("test_accuracy", "pp"), ("train_flops", "FLOPs"))]
+            lines.append(f"| {d['versus']} | {d['arm']} | {' | '.join(cells)} | {d['return']['seeds']} |")
+        lines.append("")
+    lines += ["| goal | value | 95% CI | holds |", "|---|---|---|---|"]
+    lines += [f"| {goal['rule']} | {' | '.join(_goal_cells(goal))} |" for goal in block["goals"]]
+    frontier = next(g for g in block["goals"] if g["goal"] == "static_frontier")
+    if frontier.get("conditions"):
+        lines += ["", f"Per condition, {learner}'s mean test accuracy at its mean training FLOPs against the static "
+                  "row with the highest mean test accuracy among those of at most those FLOPs:", ""]
+    for entry in frontier.get("conditions", []):
+        versus = ("no static row at or below its FLOPs" if entry["static"] is None else
+                  f"{entry['static']} {100 * entry['static_test_accuracy']:.2f}% at "
+                  f"{entry['static_train_flops']:.3g} FLOPs, margin {100 * entry['margin']:+.2f} pp")
+        lines.append(f"- {entry['condition']}: {learner} {_number(entry['test_accuracy'], '.2f', 100)}% at "
+                     f"{_number(entry['train_flops'], '.3g')} FLOPs; {versus}: {ON_FRONTIER[entry['holds']]}")
     return lines
 
 

@@ -3,12 +3,13 @@ the best, each goal holding and failing, arms that did not run, Fieller's interv
 
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
 import pytest
 
-from benchmarks import compare_report, h2h_goals
+from benchmarks import compare_report, h2h_goals, h2h_report
 from benchmarks.h2h_arms import folder_name
 from esper_agent.evaluate import mean_ci95
 
@@ -137,6 +138,8 @@ def test_missing_arms_are_named_and_never_read():
                                   "missing": ["oracle (oracle)"], "holds": None}
     assert goal["maskable"]["missing"] == ["a MaskablePPO row (maskable_flat, maskable_multidiscrete)"]
     assert goal["heuristic"]["holds"] is True and goal["static_frontier"]["holds"] is True
+    lines = h2h_report.goal_lines(block)
+    assert f"| {h2h_goals.GOALS['fixed_plan']} | n/a | n/a | not read: missing oracle (oracle) |" in lines
     nobody = _goals({k: v for k, v in _arms().items() if k != "esper_agent"})
     assert {g["holds"] for g in nobody["goals"]} == {None} and nobody["differences"] == []
     assert all(g["missing"][0] == "esper_agent (learner)" for g in nobody["goals"])
@@ -156,6 +159,25 @@ def test_fieller_interval_is_every_ratio_whose_difference_ci_holds_zero():
     assert low < np.mean(closed) / np.mean(gap) < high
     assert inside(low + 1e-6) and inside(high - 1e-6) and not inside(low - 1e-6) and not inside(high + 1e-6)
     assert h2h_goals.fieller(closed, [1.0, -1.0, 0.5, -0.4, 0.2, -0.2]) is None  # the gap's CI holds 0: unbounded
+
+
+def test_the_report_writes_the_goals_for_the_roles_it_is_given(tmp_path):
+    folder = tmp_path / "Esper-Synthetic-v0"
+    arms = _arms()
+    arms["esper_agent-scratch"] = arms.pop("esper_agent")
+    for slices in arms.values():
+        for s in slices:
+            path = folder / folder_name(s["arm"] if s["arm"] != "esper_agent" else "esper_agent-scratch")
+            path.mkdir(parents=True, exist_ok=True)
+            (path / f"seed{s['seed']}.json").write_text(json.dumps(s))
+    compare_report.main([str(folder), "--goal-learner", "esper_agent-scratch", "--goal-maskable", "maskable_flat"])
+    block = json.loads((folder / "goals.json").read_text())
+    assert block["roles"]["learner"] == "esper_agent-scratch" and block["roles"]["maskable"] == ["maskable_flat"]
+    assert [g["holds"] for g in block["goals"]] == [True] * 4
+    table = (folder / "table.md").read_text()
+    assert "| esper_agent-scratch − | arm | return | test accuracy | training FLOPs | learner seeds paired |" in table
+    assert (f"| {h2h_goals.GOALS['maskable']} | return +4.10 pp | return ± 0.41 pp | yes |") in table
+    assert table.index("## Goals") < table.index("## Cost, horizon")
 
 
 def test_only_the_learners_counted_episodes_pair_against_every_episode_of_the_other_arm():
