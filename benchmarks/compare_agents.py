@@ -22,15 +22,18 @@ skipped, so a campaign longer than one run on a GPU is split over runs (``benchm
 process per slice over the GPUs); ``benchmarks/compare_report.py`` rebuilds the table and learning curves.
 
 A learning arm's training can span runs and survive a lost machine: every learning slice saves its training state
-beside its folder's slices after each update (``seed<k>.ckpt`` for esper_agent, ``seed<k>.sb3.zip`` and
-``seed<k>.curve.json`` for MaskablePPO; :func:`saved_state`) and keeps it until its slice is written, so a run
-cut short anywhere, evaluation included, continues from its last update when the same command runs again. With
-``--time-limit-s``, a slice that has trained that long in this run stops at the next update boundary without a
-slice. esper_agent continues exactly where it stopped (its envs reset from (seed, update) at every rollout:
-:mod:`esper_agent.trainer`); MaskablePPO continues its network and optimizer on fresh envs, with its env and
-action-sampling streams reseeded from (seed, host epochs so far) (its rollouts are whole episodes here, so no
-episode is cut). A slice continues only under the settings it was saved with (env, its kwargs, sub-envs, budget,
-agent kwargs). Saving costs little beside an update (``benchmarks/checkpoint_cost.py``).
+beside its folder's slices after each update (``seed<k>.ckpt`` for esper_agent, ``seed<k>.sb3.zip``,
+``seed<k>.curve.json`` and, if it normalises, ``seed<k>.vecnorm.pkl`` for MaskablePPO; :func:`saved_state`) and
+keeps it until its slice is written, so a run cut short anywhere, evaluation included, continues from its last
+update when the same command runs again. With ``--time-limit-s``, a slice that has trained that long in this run
+stops at the next update boundary without a slice. esper_agent continues exactly where it stopped (its envs reset
+from (seed, update) at every rollout: :mod:`esper_agent.trainer`); MaskablePPO continues its network and optimizer
+on fresh envs, with its env and action-sampling streams reseeded from (seed, host epochs so far) (its rollouts are
+whole episodes here, so no episode is cut). A slice continues only under the settings it was saved with (env, its
+kwargs, sub-envs, budget, agent kwargs, MaskablePPO's horizon and ``--sb3-kwargs``). ``--sb3-kwargs`` sets the
+MaskablePPO arms' hyperparameters, rollout length and observation/reward normalisation (:mod:`benchmarks.sb3_train`;
+default sb3-contrib's, as always); with ``--label`` each configuration gets its own folders. Saving costs little
+beside an update (``benchmarks/checkpoint_cost.py``).
 
     python -m benchmarks.compare_agents --env Esper-CIFAR10-Fast-v0 --arms heuristic random static \\
         --seeds 0 1 2 3 4 --out benchmarks/results/compare
@@ -67,13 +70,15 @@ from esper_env.spaces import head_sizes
 
 ARMS = ("esper_agent", "maskable_flat", "maskable_multidiscrete", "heuristic", "random", "static")
 LEARNING_ARMS = ("esper_agent", "maskable_flat", "maskable_multidiscrete")
+MASKABLE_ARMS = ("maskable_flat", "maskable_multidiscrete")  # trained by benchmarks.sb3_train
 EVAL_SEED_OFFSET = 100_000  # evaluation envs never replay a training seed
 
 
 def slice_settings(arm: str, args: argparse.Namespace) -> dict[str, Any]:
     """What shapes a learning slice's training: a paused slice continues only under the same settings."""
+    maskable = {"horizon": horizon(arm, args), "sb3_kwargs": args.sb3_kwargs} if arm != "esper_agent" else {}
     return {"arm": arm, "env": args.env, "env_kwargs": args.env_kwargs, "num_envs": args.num_envs,
-            "budget_epochs": args.budget_epochs, **({"horizon": horizon(arm, args)} if arm != "esper_agent" else {}),
+            "budget_epochs": args.budget_epochs, **maskable,
             "agent_kwargs": json.loads(args.agent_kwargs) if arm == "esper_agent" else {}}
 
 
@@ -196,10 +201,18 @@ def run_slice(arm: str, seed: int, args: argparse.Namespace, folder: Path) -> di
             "budget_host_epochs": args.budget_epochs if arm in LEARNING_ARMS else 0, "horizon": horizon(arm, args),
             "agent_kwargs": json.loads(args.agent_kwargs) if arm == "esper_agent" else {},
             "agent_config": _agent_config(args).to_dict() if arm == "esper_agent" else None,
+            **(_sb3_record(args) if arm in MASKABLE_ARMS else {}),
             "device": device_name(resolve_device(str(args.env_kwargs.get("device", "auto")))),
             **run_stamp(), "train_seconds": trained.train_seconds,
             "eval_seconds": finished - start, "curve": trained.curve, "episodes": episodes,
             "episode_records": [json.loads(r.to_json()) for r in records]} | extra
+
+
+def _sb3_record(args: argparse.Namespace) -> dict[str, Any]:
+    """What a maskable slice records of its configuration: ``--sb3-kwargs`` as given and every hyperparameter
+    they resolve to (:func:`benchmarks.sb3_train.resolved_config`)."""
+    config = sb3_train.resolved_config(args.sb3_kwargs, _env_config(args).max_epochs, args.num_envs)
+    return {"sb3_kwargs": args.sb3_kwargs, "sb3_config": config}
 
 
 def records_path(slice_path: Path) -> Path:
@@ -245,6 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sb3-horizon", choices=("terminal", "truncated"), help="MaskablePPO's reading of the end at "
                         "max_epochs: 'terminal' ends the return at the last reward (esper_agent's bootstrap_truncation "
                         "false), 'truncated' adds gamma * V(final observation) to it (true); default: esper_agent's")
+    parser.add_argument("--sb3-kwargs", type=json.loads, default={}, help="JSON object of the MaskablePPO arms' "
+                        f"hyperparameters, keys among {', '.join(sb3_train.SB3_KWARGS)} (benchmarks.sb3_train); "
+                        "default: sb3-contrib's, one episode per rollout, no normalisation")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/compare"))
     parser.add_argument("--label", default="", help="suffix of each arm's results folder (<arm>-<label>), so that "
                         "one arm can be run with several configs side by side")
@@ -260,6 +276,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                      f"least --eval-episodes ({args.eval_episodes}), so that no two seeds share an episode")
     if args.time_limit_s is not None and not args.time_limit_s >= 0:
         parser.error(f"--time-limit-s {args.time_limit_s}: expected a number of seconds >= 0")
+    try:
+        args.sb3_kwargs = sb3_train.check_sb3_kwargs(args.sb3_kwargs)
+    except ValueError as error:
+        parser.error(f"--sb3-kwargs {json.dumps(args.sb3_kwargs)}: {error}")
     try:
         h2h_arms.check_arms(args.arms, ARMS, args.oracle_from)
     except (ValueError, OSError) as error:

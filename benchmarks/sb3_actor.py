@@ -1,6 +1,6 @@
 """A trained Stable-Baselines3 model (MaskablePPO) as an :class:`~esper_agent.baselines.Actor` on the native env,
 so that the head-to-head evaluates it with the same episode driver as every other arm; and its save between the
-runs of a slice (:func:`save_maskable`)."""
+runs of a slice (:func:`save_maskable`), with its observation/reward normalisation's statistics if it has one."""
 
 from __future__ import annotations
 
@@ -23,17 +23,26 @@ class Sb3Actor:
     stream seeded by (``seed``, step) inside ``torch.random.fork_rng``: SB3 samples from torch's global stream,
     which training left in a state that depends on where a run was paused, and drawing from it here would also
     shift the draws of anything that runs later. The model must be on the CPU (compare_agents trains it there):
-    only the CPU stream is forked."""
+    only the CPU stream is forked.
 
-    def __init__(self, model: Any, flatten: bool, num_slots: int, deterministic: bool = True, seed: int = 0) -> None:
+    ``obs_norm``: the ``VecNormalize`` the model was trained in, frozen (``training=False``): the native env's
+    observations reach the model normalised as in training, and acting does not move the statistics."""
+
+    def __init__(self, model: Any, flatten: bool, num_slots: int, deterministic: bool = True, seed: int = 0,
+                 obs_norm: Any = None) -> None:
+        if obs_norm is not None and obs_norm.training:
+            raise ValueError("obs_norm is still training (its statistics would move with every evaluation step); "
+                             "expected a frozen VecNormalize (training=False)")
         self.model, self.flatten, self.table = model, flatten, joint_actions(num_slots)
-        self.deterministic, self.seed, self.steps = deterministic, seed, 0
+        self.deterministic, self.seed, self.steps, self.obs_norm = deterministic, seed, 0, obs_norm
 
     def reset(self, num_envs: int) -> None:
         del num_envs
 
     def act(self, obs: np.ndarray, masks: ActionMasks, episode_start: np.ndarray) -> np.ndarray:
         flat = joint_masks(masks.op_slot, masks.blueprint, masks.blend) if self.flatten else np.asarray(masks.flat)
+        if self.obs_norm is not None:
+            obs = self.obs_norm.normalize_obs(obs)
         if self.deterministic:
             actions, _ = self.model.predict(obs, action_masks=flat, deterministic=True)
         else:
@@ -44,9 +53,16 @@ class Sb3Actor:
         return self.table[actions] if self.flatten else np.asarray(actions, dtype=np.int64)
 
 
-def save_maskable(model: Any, saved: Path, saved_curve: Path, record: dict[str, Any]) -> None:
-    """The model and its curve, each through a temporary file (the model's host-epoch count ties them)."""
+def save_maskable(model: Any, saved: Path, saved_curve: Path, record: dict[str, Any],
+                  saved_norm: Path | None = None) -> None:
+    """The model and its curve, each through a temporary file (the model's host-epoch count ties them); with
+    ``saved_norm``, the statistics of the model's ``VecNormalize`` env too, between the two, so that a model saved
+    whole was saved after them."""
     write_json(saved_curve, record, indent=None)
+    if saved_norm is not None:
+        norm_tmp = saved_norm.with_name(f"{saved_norm.name}.tmp")
+        model.get_vec_normalize_env().save(str(norm_tmp))
+        norm_tmp.replace(saved_norm)
     tmp = saved.with_name(f"{saved.stem}.tmp.zip")
     model.save(tmp)
     tmp.replace(saved)
