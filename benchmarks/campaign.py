@@ -8,18 +8,27 @@ its own copy of the data and its sub-envs' hosts and CUDA graphs (on ``Esper-CIF
 15-26 GiB each: 7-8 per 140 GiB H200 ran out of memory, 5 fit). The learning arms start first, since they take the
 longest; every slice already written is skipped without starting a process.
 
+``--arms`` takes whatever ``compare_agents --arms`` takes (its own arms, ``plan:<name>``, ``static:<name>`` and
+``oracle``), checked by ``compare_agents``' own parsing before anything runs; ``--oracle-from`` is passed on as an
+absolute path, since the processes run from the repository's root.
+
 ``--preset NAME`` takes the env, its kwargs, the sub-envs, the agent config and the training budget from
 :mod:`esper_agent.presets` (flags given here win; ``--env-kwargs`` is merged over the preset's), and labels the
-esper_agent folder with the preset's name unless ``--label`` says otherwise. The label applies to esper_agent
-only: the other arms do not read the agent config, so one folder per env config serves every agent recipe.
-Every flag this command does not define goes to ``compare_agents`` unchanged (``--budget-epochs``,
-``--eval-episodes``, ``--eval-sampled``, ``--time-limit-s`` for a time limit per slice, ``--agent-kwargs``, ...).
+esper_agent folder with the preset's name unless ``--label`` says otherwise. The label applies to the arms whose
+training the campaign's configuration changes: esper_agent (the other arms do not read the agent config, so one
+folder per env config serves every agent recipe) and, when ``--sb3-kwargs`` is given, the MaskablePPO arms, so that
+each configuration of a sweep has its own folders; that needs ``--label``, as a finished slice in the default
+configuration's folder would be skipped as done. Every flag this command does not define goes to
+``compare_agents`` unchanged (``--budget-epochs``, ``--eval-episodes``, ``--eval-sampled``, ``--time-limit-s`` for
+a time limit per slice, ``--agent-kwargs``, ``--sb3-kwargs``, ...).
 Each process's output goes to ``<out>/logs/<env>/<folder>-<seed>.log`` (appended, so a resumed slice keeps its
 earlier runs' lines).
 
     python -m benchmarks.campaign --preset cifar10-fast-budget --arms esper_agent heuristic --seeds 0-15 \\
         --out benchmarks/results/compare_val5k --eval-episodes 48 --eval-sampled --per-gpu 2 --threads 4
     python -m benchmarks.campaign --preset cifar10-fast-budget --seeds 0-15 --out ... --status   # what is done
+    python -m benchmarks.campaign --env Esper-CIFAR10-v0 --arms maskable_flat --seeds 100-102 --label lr1e-4 \
+        --sb3-kwargs '{"learning_rate": 1e-4, "normalize": "obs"}' --out ...   # one configuration of a sweep
 """
 
 from __future__ import annotations
@@ -114,14 +123,20 @@ def plan(args: argparse.Namespace, passed: list[str]) -> list[Job]:
     if not isinstance(given, dict):
         raise ValueError(f"--env-kwargs {args.env_kwargs}: expected a JSON object of env arguments")
     common = [*base, "--env-kwargs", json.dumps(env_kwargs | given), *passed,
-              *(["--env", args.env] if args.env else []), "--out", str(args.out.resolve())]
+              *(["--env", args.env] if args.env else []), "--out", str(args.out.resolve()),
+              *(["--oracle-from", str(args.oracle_from.resolve())] if args.oracle_from else [])]
     given_label = args.label if args.label is not None else (args.preset or "")
-    resolved = compare_agents.parse_args([*common, "--label", given_label])  # refused here, before anything runs
     arms = args.arms or list(compare_agents.ARMS)
+    # refused here, before anything runs
+    resolved = compare_agents.parse_args([*common, "--label", given_label, "--arms", *arms])
+    labelled = {"esper_agent", *(compare_agents.MASKABLE_ARMS if resolved.sb3_kwargs else ())}
+    if args.label is None and resolved.sb3_kwargs and labelled & set(arms) - {"esper_agent"}:
+        raise ValueError(f"--sb3-kwargs {json.dumps(resolved.sb3_kwargs)} without --label: expected a label for "
+                         "this configuration's MaskablePPO folders (<arm>-<label>), apart from the default's")
     arms = sorted(arms, key=lambda arm: arm not in compare_agents.LEARNING_ARMS)  # stable: the given order within
     jobs = []
     for arm in arms:
-        label = resolved.label if arm == "esper_agent" else ""
+        label = resolved.label if arm in labelled else ""
         folder = compare_agents.slice_folder(resolved.out, resolved.env, arm, label)
         for seed in args.seeds:
             argv = [*common, "--label", label, "--arms", arm, "--seeds", str(seed)]
@@ -199,13 +214,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.campaign", description=__doc__.splitlines()[0], allow_abbrev=False,
         epilog="Every other flag goes to benchmarks.compare_agents unchanged (python -m benchmarks.compare_agents "
-               "--help): --budget-epochs, --eval-episodes, --eval-sampled, --time-limit-s, --agent-kwargs, ...")
+               "--help): --budget-epochs, --eval-episodes, --eval-sampled, --time-limit-s, --agent-kwargs, "
+               "--sb3-kwargs, ...")
     parser.add_argument("--preset", default=None, help="a name in esper_agent/presets (env, agent, budget)")
-    parser.add_argument("--arms", nargs="+", default=None, choices=compare_agents.ARMS, help="default: all")
+    parser.add_argument("--arms", nargs="+", default=None, help=f"of {', '.join(compare_agents.ARMS)}, "
+                        "'plan:<name>', 'static:<name>' and 'oracle', as compare_agents takes them (default: "
+                        f"{', '.join(compare_agents.ARMS)})")
+    parser.add_argument("--oracle-from", type=Path, default=None, help="the screen summary.json the oracle arm "
+                        "picks from (passed on as an absolute path)")
     parser.add_argument("--seeds", nargs="+", default=["0-4"], help="seeds and ranges, e.g. 0-15 or 0 3 5")
     parser.add_argument("--env", default=None, help="env id (default: the preset's, else compare_agents')")
     parser.add_argument("--env-kwargs", default=None, help="JSON env kwargs, merged over the preset's")
-    parser.add_argument("--label", default=None, help="suffix of the esper_agent folder (default: the preset)")
+    parser.add_argument("--label", default=None, help="suffix of the esper_agent folder (default: the preset) and, "
+                        "with --sb3-kwargs, of the MaskablePPO arms' folders (then required)")
     parser.add_argument("--out", type=Path, default=Path(compare_agents.build_parser().get_default("out")),
                         help="the campaign's results folder")
     parser.add_argument("--gpus", type=int, nargs="*", default=None, help="GPUs to use (torch's indices; "
