@@ -267,6 +267,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_finished(path: Path, arm: str, args: argparse.Namespace) -> None:
+    """Refuse to count a finished MaskablePPO slice as done under other ``--sb3-kwargs`` than it ran with: a
+    sweep's configurations need a ``--label`` each, or the second would be skipped as the first's."""
+    if arm not in MASKABLE_ARMS:
+        return
+    ran = json.loads(path.read_text()).get("sb3_kwargs", {})
+    if ran != args.sb3_kwargs:
+        raise SystemExit(f"{path} ran with --sb3-kwargs {json.dumps(ran)}, not {json.dumps(args.sb3_kwargs)}; "
+                         "expected a --label for each configuration (or the same kwargs)")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line, checked: the flags' values together, not only one by one."""
     parser = build_parser()
@@ -295,6 +306,7 @@ def main(argv: list[str] | None = None) -> None:
         for seed in args.seeds:
             path = folder / f"seed{seed}.json"
             if path.exists():
+                check_finished(path, arm, args)
                 print(f"{path} exists: skipped", flush=True)
                 continue
             try:

@@ -56,6 +56,9 @@ def test_the_kwargs_reach_the_model_and_a_paused_slice_refuses_other_ones(tmp_pa
                                     "gae_lambda": 0.95, "clip_range": 0.2, "vf_coef": 0.5, "max_grad_norm": 0.5,
                                     "n_steps": 6, "batch_size": 3, "normalize": None}  # sb3-contrib's defaults
     assert [p["host_epochs"] for p in slice_["curve"]] == [6, 6, 12, 12, 18, 18, 24, 24]
+    compare_agents.main(_argv(tmp_path, kwargs))  # finished under the same kwargs: skipped
+    with pytest.raises(SystemExit, match="expected a --label"):  # finished, but under other kwargs
+        compare_agents.main(_argv(tmp_path, kwargs | {"ent_coef": 0.0}))
 
 
 def test_the_default_is_the_configuration_the_arms_always_had():
