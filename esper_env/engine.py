@@ -7,10 +7,10 @@ and graphs replayed on one stream per sub-env let several small hosts share the 
 * each sub-env owns a stream; its training step and its validation pass (with all counterfactual
   configurations) are captured as CUDA graphs and replayed on that stream, round-robin over sub-envs batch by
   batch;
-* the training graph is re-captured only when a seed is planted or removed, or joins a growable host (stage
-  changes only change device tensors: see ``host``), the validation graph also when the set of blended seeds changes its
-  configurations; the first batch after a change runs eagerly as warm-up, and it is a real training step, so
-  capturing changes nothing in the trajectory;
+* the training graph is re-captured only when a seed is planted or removed, joins a growable host, or enters
+  or leaves FULL's controls (other stage changes only change device tensors: see ``host``), the validation graph
+  also when the set of blended seeds changes its configurations; the first batch after a change runs eagerly as
+  warm-up, and it is a real training step, so capturing changes nothing in the trajectory;
 * capture uses ``CUDAGraph.capture_begin/end`` directly: ``torch.cuda.graph`` would synchronise the device
   and run the garbage collector at every capture;
 * a graph does not keep alive the tensors it reads, so each graph is stored with the modules it was captured
@@ -190,9 +190,9 @@ class Engine:
         active = sorted(controls)
         for i in active:
             with self.on_stream(i, join=True):
-                self._refresh_graphs(i)
                 control = controls[i]
                 self.trainers[i].begin_epoch(control.controls, control.learning_rates, control.fault)
+                self._refresh_graphs(i)
         batches = self.trainers[0].batches_per_epoch
         for first in range(0, batches, ISSUE_CHUNK):
             for i in active:
@@ -217,12 +217,14 @@ class Engine:
 
     # --- graphs ------------------------------------------------------------------------------------------
     def _refresh_graphs(self, i: int) -> None:
-        """Drop sub-env ``i``'s graphs if its seed modules changed since they were captured."""
+        """Drop sub-env ``i``'s graphs if its seed modules, or the slots its training step runs as FULL
+        (``training.full_slots``), changed since they were captured."""
         if not self.use_graphs:
             return
-        model = self.trainers[i].model
+        trainer = self.trainers[i]
+        model = trainer.model
         # A growable host's own tensors change shape when a seed joins it: its ``version`` then moves on.
-        modules = (*(m for s in model.slots for m in (s.seed, s.gate)), getattr(model, "version", 0))
+        modules = (*(m for s in model.slots for m in (s.seed, s.gate)), getattr(model, "version", 0), trainer.full)
         current = self._graphs[i]
         if current is None or len(current.modules) != len(modules) or any(
                 a is not b and a != b for a, b in zip(current.modules, modules, strict=True)):

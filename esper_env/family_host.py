@@ -53,7 +53,8 @@ from esper_env.architecture import widen_extra
 from esper_env.blueprints import FAMILY_BLUEPRINTS
 from esper_env.family import LOGIT_SCALE, Architecture, FamilyNet, ResidualBlock, noisy_copies
 from esper_env.family_join import Assembly, join_widen
-from esper_env.host import SlotModule, _per_sample
+from esper_env.family_joint import forward_full
+from esper_env.host import SlotModule, Stacker, _per_sample
 
 SPLIT_NOISE = 0.01  # symmetry-breaking noise of a split channel's copied weights, relative to the weights' SD
 
@@ -135,29 +136,33 @@ class FamilySlot(SlotModule):
     def widens(self) -> bool:
         return isinstance(self.seed, WidenSeed)
 
-    def forward(self, h: torch.Tensor, alpha: torch.Tensor, straight: torch.Tensor,
-                upstream: torch.Tensor) -> torch.Tensor:
-        return h if self.widens else super().forward(h, alpha, straight, upstream)
+    def forward(self, h: torch.Tensor, alpha: torch.Tensor, straight: torch.Tensor, upstream: torch.Tensor,
+                full: bool = False, stack: Stacker | None = None) -> torch.Tensor:
+        return h if self.widens else super().forward(h, alpha, straight, upstream, full, stack)
 
     def widen_channels(self, x_in: torch.Tensor, upstream: torch.Tensor) -> torch.Tensor:
         x = torch.lerp(x_in.detach(), x_in, upstream) if torch.is_grad_enabled() else x_in
         return self.seed.channels(x)
 
-    def feed(self, conv: nn.Conv2d, h: torch.Tensor, e: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    def feed(self, conv: nn.Conv2d, h: torch.Tensor, e: torch.Tensor, alpha: torch.Tensor,
+             stack: Stacker) -> torch.Tensor:
         """The next stage's ``conv`` of this stage's output ``h``, with the widen seed's new channels ``e`` mixed
-        in (:meth:`mix`). With one amplitude for the whole batch (training) the sources' given-up share folds
-        into the weight, ``conv(h, W - a given) + a V e``: the same sum without a second convolution of ``h``,
-        so a live seed costs what its joined channels will. Stacked configurations (one amplitude per sample)
-        take the general path."""
+        in (:meth:`mix`). With one amplitude for the whole batch the sources' given-up share folds into the
+        weight, ``conv(h, W - a given) + a V e``: the same sum without a second convolution of ``h``. Stacked
+        configurations (one amplitude each) take the general path."""
         if alpha.dim() == 0 and self.seed.split:
             weight = conv.weight - alpha * self.seed.given
             return F.conv2d(h, weight, conv.bias, conv.stride, conv.padding) + alpha * self.seed.out(e)
-        return self.mix(conv(h), e, h, alpha)
+        return self.mix(conv(h), e, h, alpha, stack)
 
-    def mix(self, y: torch.Tensor, e: torch.Tensor, h: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    def mix(self, y: torch.Tensor, e: torch.Tensor, h: torch.Tensor, alpha: torch.Tensor,
+            stack: Stacker) -> torch.Tensor:
         """``y + a d`` with ``d`` the widen seed's contribution to ``y`` given the stage's output ``h`` (no
-        straight-through term: see the module docstring)."""
-        d = self.seed.contribution(e, h)
+        straight-through term: see the module docstring). Operands that hold one configuration's batch are
+        combined once and stacked only for the amplitudes."""
+        if e.shape[0] != h.shape[0]:
+            e, h = stack(e), stack(h)
+        y, d = stack(y), stack(self.seed.contribution(e, h))
         a = _per_sample(alpha, y.shape[0])
         if a.dim() and y.dim() == 2:
             a = a.view(-1, 1)
@@ -182,27 +187,32 @@ class FamilyHost(nn.Module):
     def classifier(self) -> nn.Linear:
         return self.net.head
 
-    def forward(self, x: torch.Tensor, alphas: torch.Tensor, flags: torch.Tensor,
-                skip: tuple[bool, ...] = ()) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, alphas: torch.Tensor, flags: torch.Tensor, skip: tuple[bool, ...] = (),
+                full: frozenset[int] = frozenset()) -> torch.Tensor:
         """As ``host.HostModel.forward``: ``alphas`` ``(num_slots,)`` or ``(num_slots, K)``; ``flags``
-        ``(2, num_slots)``."""
+        ``(2, num_slots)``. Training with every live seed in ``full`` runs the network the seeds grow
+        (``family_joint.forward_full``)."""
+        on = tuple(s.seed is not None and not (skip and skip[k]) for k, s in enumerate(self.slots))
+        if full and self.training and alphas.dim() == 1 and all(k in full for k in range(len(on)) if on[k]):
+            return forward_full(self, x)
+        stack = Stacker.of(x, alphas)
         h = self.net.stem(x)
         pending: tuple[int, torch.Tensor] | None = None  # a widen seed's new channels, for the next layer
         for k, stage in enumerate(self.net.stages):
-            slot, on = self.slots[k], self.slots[k].seed is not None and not (skip and skip[k])
-            e = slot.widen_channels(h, flags[1, k]) if on and slot.widens else None
-            y = stage.conv(h) if pending is None else self.slots[pending[0]].feed(stage.conv, h, pending[1],
-                                                                                  alphas[pending[0]])
+            slot = self.slots[k]
+            e = slot.widen_channels(h, flags[1, k]) if on[k] and slot.widens else None
+            y = stage.conv(h) if pending is None else self.slots[pending[0]].feed(
+                stage.conv, h, pending[1], alphas[pending[0]], stack)
             h = F.gelu(stage.norm(F.max_pool2d(y, 2)))
             for block in stage.blocks:
                 h = block(h)
-            if on and not slot.widens:
-                h = slot(h, alphas[k], flags[0, k], flags[1, k])
+            if on[k] and not slot.widens:
+                h = slot(h, alphas[k], flags[0, k], flags[1, k], k in full, stack)
             pending = (k, e) if e is not None else None
         logits = self.net.head(F.adaptive_max_pool2d(h, 1).flatten(1)) * LOGIT_SCALE
         if pending is not None:
-            logits = self.slots[pending[0]].mix(logits, pending[1], h, alphas[pending[0]])
-        return logits
+            logits = self.slots[pending[0]].mix(logits, pending[1], h, alphas[pending[0]], stack)
+        return stack(logits)
 
     def host_parameters(self) -> list[nn.Parameter]:
         return list(self.net.parameters())

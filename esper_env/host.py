@@ -22,9 +22,16 @@ BLEND      alpha      0    0    ``h + alpha * (s(h.detach()) - h)``: host's dire
 FULL       1          0    1    ``s(h)``: upstream host layers learn *through* the seed
 =========  =========  ===  ===  ==================================================================
 
-All three are device tensors, so moving a seed from stage to stage never changes the computation graph (and
-never forces a CUDA-graph re-capture); only planting or removing a seed does. This module owns weights and
-maths only; it never decides what is legal (that is ``lifecycle``).
+All three are device tensors, so moving a seed from stage to stage does not change the computation graph; only
+planting or removing a seed does, and one shortcut: a slot the caller marks ``full`` (its controls are exactly
+FULL's and it has no gate) outputs ``s(h)`` itself, without the mixing arithmetic that would leave that value
+unchanged (the trainer marks them from the epoch's controls; the engine re-captures when the set changes). A
+family seed is FULL for its whole life (``lifecycle.blends_at_birth``), so on the growth task a live seed trains
+at the cost of the network it grows. This module owns weights and maths only; it never decides what is legal
+(that is ``lifecycle``).
+
+Validation stacks K configurations (``alphas`` of shape ``(num_slots, K)``): the output holds K copies of the
+batch's logits, configuration-major, and everything before the first seed that reads an amplitude runs once.
 """
 
 from __future__ import annotations
@@ -58,6 +65,20 @@ def mode_flags(mode: ForwardMode) -> tuple[float, float]:
     return (1.0 if mode == ForwardMode.INCUBATE else 0.0, 1.0 if mode == ForwardMode.FULL else 0.0)
 
 
+def full_slots(controls: list[float]) -> frozenset[int]:
+    """The slots whose controls (as :func:`slot_controls` lays them out) are exactly FULL's: alpha 1, no
+    straight-through, upstream gradients. Their seeds may run without the mixing arithmetic (``host``)."""
+    n = len(controls) // 3
+    return frozenset(k for k in range(n) if (controls[k], controls[n + k], controls[2 * n + k]) == (1.0, 0.0, 1.0))
+
+
+def slot_controls(modes: tuple[ForwardMode, ...], alphas: tuple[float, ...]) -> list[float]:
+    """The per-slot control values of an epoch: blending amplitude, then straight-through and upstream flags."""
+    blending = [a if m in (ForwardMode.BLEND, ForwardMode.FULL) else 0.0 for m, a in zip(modes, alphas, strict=True)]
+    flags = [mode_flags(m) for m in modes]
+    return blending + [f[0] for f in flags] + [f[1] for f in flags]
+
+
 class SlotModule(nn.Module):
     """An injection point between two host blocks; holds at most one seed and its optional blending gate."""
 
@@ -74,20 +95,46 @@ class SlotModule(nn.Module):
         """Drop the seed and its gate; their memory is freed once no optimizer or graph holds them."""
         self.seed, self.gate = None, None
 
-    def forward(self, h: torch.Tensor, alpha: torch.Tensor, straight: torch.Tensor,
-                upstream: torch.Tensor) -> torch.Tensor:
-        """``alpha``: 0-dim, or ``(K,)`` when the batch stacks K configurations of equal size; ``straight``
-        and ``upstream``: 0-dim flags. Pass them in ``h``'s dtype: a cast would cost a kernel per call."""
+    def forward(self, h: torch.Tensor, alpha: torch.Tensor, straight: torch.Tensor, upstream: torch.Tensor,
+                full: bool = False, stack: Stacker | None = None) -> torch.Tensor:
+        """``alpha``: 0-dim, or ``(K,)`` for K stacked configurations; ``straight`` and ``upstream``: 0-dim
+        flags. Pass them in ``h``'s dtype: a cast would cost a kernel per call. ``full``: the caller knows the
+        controls are FULL's (module docstring). ``stack``: ``h`` may hold one configuration's batch, which the
+        output stacks (the seed runs on it once); without it, ``h`` holds the K configurations already."""
         if self.seed is None:
             return h
+        if full and self.gate is None:
+            return self.seed(h)
         grad = torch.is_grad_enabled()
         x = torch.lerp(h.detach(), h, upstream) if grad else h
         s = self.seed(x)
+        gate = self.gate(x) if self.gate is not None else None
+        if stack is not None:
+            h, s, gate = stack(h), stack(s), stack(gate) if gate is not None else None
         a = _per_sample(alpha, h.shape[0])
-        if self.gate is not None:
-            a = a * self.gate(x)
+        if gate is not None:
+            a = a * gate
         out = torch.addcmul(h, a, s - h)
         return torch.addcmul(out, straight, s - s.detach()) if grad else out
+
+
+class Stacker:
+    """Repeats a tensor that holds one batch (``batch`` images) into ``configs`` stacked copies, configuration-major,
+    at the point where it starts to differ between configurations; a tensor already stacked passes through. A
+    host's forward makes one, so that what precedes the first amplitude runs once for all configurations."""
+
+    def __init__(self, batch: int, configs: int) -> None:
+        self.batch, self.configs = batch, configs
+
+    @classmethod
+    def of(cls, x: torch.Tensor, alphas: torch.Tensor) -> Stacker:
+        """For a forward of ``x`` under ``alphas`` ``(num_slots,)`` (one configuration) or ``(num_slots, K)``."""
+        return cls(x.shape[0], alphas.shape[1] if alphas.dim() == 2 else 1)
+
+    def __call__(self, t: torch.Tensor) -> torch.Tensor:
+        if self.configs == 1 or t.shape[0] != self.batch:
+            return t
+        return t.repeat(self.configs, *[1] * (t.dim() - 1))
 
 
 def _per_sample(alpha: torch.Tensor, batch: int) -> torch.Tensor:
@@ -115,18 +162,19 @@ class HostModel(nn.Module):
         self._slot_after = {block: i for i, block in enumerate(self.slot_blocks)}
 
     def forward(self, x: torch.Tensor, alphas: torch.Tensor, flags: torch.Tensor,
-                skip: tuple[bool, ...] = ()) -> torch.Tensor:
-        """``alphas``: ``(num_slots,)``, or ``(num_slots, K)`` with ``x`` holding K stacked configurations;
-        ``flags``: ``(2, num_slots)`` straight-through and upstream-gradient flags (see the module docstring).
-        Slots marked in ``skip`` output ``h`` without running their seed: the caller knows their alpha is 0
-        and no gradient is needed."""
-        h = x
+                skip: tuple[bool, ...] = (), full: frozenset[int] = frozenset()) -> torch.Tensor:
+        """``alphas``: ``(num_slots,)``, or ``(num_slots, K)``: then the logits stack K configurations of ``x``'s
+        batch, configuration-major; ``flags``: ``(2, num_slots)`` straight-through and upstream-gradient flags
+        (see the module docstring). Slots marked in ``skip`` output ``h`` without running their seed: the caller
+        knows their alpha is 0 and no gradient is needed. Slots in ``full`` run their seed alone: the caller
+        knows their controls are FULL's."""
+        h, stack = x, Stacker.of(x, alphas)
         for index, block in enumerate(self.blocks):
             h = block(h)
             slot = self._slot_after.get(index)
             if slot is not None and not (skip and skip[slot]):
-                h = self.slots[slot](h, alphas[slot], flags[0, slot], flags[1, slot])
-        return self.classifier(F.adaptive_avg_pool2d(h, 1).flatten(1))
+                h = self.slots[slot](h, alphas[slot], flags[0, slot], flags[1, slot], slot in full, stack)
+        return stack(self.classifier(F.adaptive_avg_pool2d(h, 1).flatten(1)))
 
     def host_parameters(self) -> list[nn.Parameter]:
         return [*self.blocks.parameters(), *self.classifier.parameters()]

@@ -33,8 +33,7 @@ from esper_env.config import EnvConfig
 from esper_env.data import Dataset, normalize, random_crop_flip
 from esper_env.episode import Measurement
 from esper_env.episode_data import EpisodeData
-from esper_env.host import build_host, mode_flags, seed_parameters
-from esper_env.lifecycle import ForwardMode
+from esper_env.host import build_host, full_slots, seed_parameters
 from esper_env.optim import NesterovSGD
 
 PREPARE_CHUNK = 8192  # images prepared per kernel round at epoch start (bounds the float32 transient)
@@ -98,6 +97,7 @@ class HostTrainer:
         # The slot controls again in the compute dtype, converted once per epoch, not once per use.
         self.slot_control = torch.zeros(3 * n, dtype=self.dtype, device=self.device)
         self.alpha, self.flags = self.slot_control[:n], self.slot_control[n:].view(2, n)
+        self.full: frozenset[int] = frozenset()  # slots at exactly FULL's controls this epoch (:func:`full_slots`)
         self.blended = (False,) * n
         self.plan = eval_plan(self.blended)
         self.config_mask = torch.ones(n, 1, dtype=self.dtype, device=self.device)
@@ -179,6 +179,7 @@ class HostTrainer:
         self.control_staging[slots:].view(self.lr.shape).copy_(torch.from_numpy(learning_rates))
         self.control.copy_(self.control_staging, non_blocking=True)
         self.slot_control.copy_(self.control[:slots])
+        self.full = full_slots(controls)
         if fault is not None:
             self._inject(fault)
 
@@ -188,7 +189,7 @@ class HostTrainer:
         labels = self.epoch_labels.index_select(0, self.counter)[0]
         self.model.train()
         with self._autocast():
-            logits = self.model(x, self.alpha, self.flags)
+            logits = self.model(x, self.alpha, self.flags, full=self.full)
         loss = F.cross_entropy(logits.float(), labels, label_smoothing=self.cfg.label_smoothing)
         self.optimizer.zero_grad()
         loss.backward()
@@ -261,8 +262,7 @@ class HostTrainer:
         configs, chunk = (alphas.shape[1] if alphas.dim() == 2 else 1), self.cfg.eval_batch_size
         skip = tuple(not b for b in self.blended)  # incubating seeds output exactly h: no need to run them
         for start in range(0, images.shape[0], chunk):
-            x = images[start:start + chunk]
-            x = x.repeat(configs, 1, 1, 1).permute(0, 3, 1, 2)
+            x = images[start:start + chunk].permute(0, 3, 1, 2)  # the model stacks the configurations
             y = labels[start:start + chunk].repeat(configs)
             with self._autocast():
                 logits = self.model(x, alphas, self.flags, skip).float()
@@ -385,10 +385,3 @@ class HostTrainer:
             params[0].fill_(math.nan)
         else:
             raise ValueError(f"fault {fault!r}; expected 'nan_loss', 'exploding_loss' or 'nan_parameters'")
-
-
-def slot_controls(modes: tuple[ForwardMode, ...], alphas: tuple[float, ...]) -> list[float]:
-    """The per-slot control values of an epoch: blending amplitude, then straight-through and upstream flags."""
-    blending = [a if m in (ForwardMode.BLEND, ForwardMode.FULL) else 0.0 for m, a in zip(modes, alphas, strict=True)]
-    flags = [mode_flags(m) for m in modes]
-    return blending + [f[0] for f in flags] + [f[1] for f in flags]

@@ -34,7 +34,7 @@ from esper_env.episode import (
     seed_params,
 )
 from esper_env.growth import GrowthLedger, growth_info
-from esper_env.host import host_param_count
+from esper_env.host import host_param_count, slot_controls
 from esper_env.info import StepRecord, build_step_info, only_rows, reset_info, split_vector_info
 from esper_env.lifecycle import BLEND_CURVES, ForwardMode, slot_mode
 from esper_env.observation import observe
@@ -42,7 +42,6 @@ from esper_env.render import RENDER_METADATA, Renderer
 from esper_env.rewards import RewardInputs, potential, step_reward
 from esper_env.schedule import step_factors
 from esper_env.seeds import param_table
-from esper_env.training import slot_controls
 
 FAULTS = ("nan_loss", "exploding_loss", "nan_parameters")
 

@@ -127,6 +127,6 @@ def test_stacked_configurations_apply_alpha_per_configuration():
     with torch.no_grad():
         on = model(x, torch.ones(3), flags)
         off = model(x, torch.zeros(3), flags)
-        stacked = model(torch.cat([x, x]), torch.tensor([[1.0, 0.0]] * 3), flags)
+        stacked = model(x, torch.tensor([[1.0, 0.0]] * 3), flags)  # the model stacks the configurations
     assert torch.allclose(stacked[:8], on, atol=1e-5) and torch.allclose(stacked[8:], off, atol=1e-5)
     assert not torch.allclose(on, off)

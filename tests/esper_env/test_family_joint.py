@@ -1,0 +1,121 @@
+"""The family host's two fast paths compute what its general path computes: training with every live seed at
+FULL's controls (``family_joint.forward_full``), and validation of stacked configurations whose shared prefix
+runs once."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from esper_env import family_host
+from esper_env.blueprints import FAMILY_BLUEPRINTS
+from esper_env.family import Architecture
+from esper_env.family_host import FamilyHost
+from esper_env.host import full_slots
+from esper_env.training import plan_table
+
+INDEX = {bp.name: i for i, bp in enumerate(FAMILY_BLUEPRINTS)}
+FULL = (torch.ones(3, dtype=torch.float64), torch.tensor([[0.0] * 3, [1.0] * 3], dtype=torch.float64))
+
+# (slot, blueprint) plantings, with joins (slot, "join") between them: every way a stage's channels can be laid
+# out in the joint path (a split at each stage, side by side, into the head, beside residual blocks, and deepen).
+LAYOUTS = {
+    "widen-0": [(0, "widen_l")],
+    "widen-1": [(1, "widen_s")],
+    "widen-head": [(2, "widen_l")],
+    "widen-all": [(0, "widen_s"), (1, "widen_l"), (2, "widen_s")],
+    "widen-beside-blocks": [(1, "deepen"), (1, "join"), (1, "widen_l"), (0, "widen_s")],
+    "deepen-and-widen": [(0, "deepen"), (1, "widen_l"), (2, "deepen")],
+    "after-joins": [(0, "widen_l"), (0, "join"), (1, "widen_s"), (2, "widen_s"), (2, "join"), (0, "widen_s")],
+}
+
+
+@pytest.fixture(autouse=True)
+def _float64() -> Iterator[None]:
+    """Seeds are built in the default dtype: float64 throughout, so that only round-off of 1e-16 remains."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
+
+
+def _grown(layout: str) -> FamilyHost:
+    torch.manual_seed(0)
+    host = FamilyHost(Architecture((6, 8, 10), (0, 0, 1), stem=4), num_classes=5, in_channels=3)
+    for step, (slot, what) in enumerate(LAYOUTS[layout]):
+        torch.manual_seed(step + 1)
+        if what == "join":
+            host.join(slot)
+        else:
+            host.plant(slot, INDEX[what], gated=False)
+    generator = torch.Generator().manual_seed(7)
+    with torch.no_grad():  # far from the identity at birth: every weight, zero outgoing ones included, matters
+        for p in host.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=generator, dtype=p.dtype))
+        for seed in (s.seed for s in host.slots if s.widens):
+            seed.given.add_(0.3 * torch.randn(seed.given.shape, generator=generator, dtype=seed.given.dtype))
+    return host
+
+
+def _step(host: FamilyHost, x: torch.Tensor, full: frozenset[int]) -> tuple[torch.Tensor, dict, dict]:
+    host.train()
+    host.zero_grad()
+    logits = host(x, *FULL, full=full)
+    logits.square().sum().backward()
+    grads = {n: p.grad.clone() for n, p in host.named_parameters()}
+    return logits.detach(), grads, {n: b.clone() for n, b in host.named_buffers()}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_training_at_full_controls_runs_the_grown_network_exactly(layout: str) -> None:
+    host = _grown(layout)
+    live = frozenset(k for k, s in enumerate(host.slots) if s.seed is not None)
+    x = torch.randn(6, 3, 16, 16, dtype=torch.float64)
+    general = _step(copy.deepcopy(host), x, frozenset())
+    joint = _step(host, x, live)
+    assert torch.allclose(joint[0], general[0], rtol=1e-10, atol=1e-10)
+    for name, grad in general[1].items():
+        assert torch.allclose(joint[1][name], grad, rtol=1e-9, atol=1e-9), name
+    for name, buffer in general[2].items():  # running statistics and counts, as the modules keep them
+        assert torch.equal(joint[2][name], buffer) or torch.allclose(joint[2][name], buffer, atol=1e-12), name
+
+
+def test_the_joint_path_runs_in_training_with_every_live_seed_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    host = _grown("widen-all").train()
+    x = torch.randn(2, 3, 16, 16, dtype=torch.float64)
+    called = []
+    monkeypatch.setattr(family_host, "forward_full", lambda model, images: called.append(1) or torch.zeros(()))
+    host(x, *FULL, full=frozenset({0, 1}))  # slot 2's seed is not at FULL's controls: the general path
+    assert not called
+    host(x, *FULL, full=frozenset({0, 1, 2}))
+    assert called
+    called.clear()
+    host.eval()(x, *FULL, full=frozenset({0, 1, 2}))  # validation reads the running statistics: general path
+    assert not called
+
+
+def test_full_slots_are_read_from_the_epochs_controls() -> None:
+    # alpha, straight-through and upstream per slot: only (1, 0, 1) is FULL's
+    controls = [1.0, 1.0, 0.5, 0.0] + [0.0, 1.0, 0.0, 0.0] + [1.0, 0.0, 0.0, 1.0]
+    assert full_slots(controls) == frozenset({0})
+
+
+@pytest.mark.parametrize("layout", ["widen-0", "widen-head", "widen-all", "deepen-and-widen", "after-joins"])
+def test_stacked_configurations_equal_one_forward_each(layout: str) -> None:
+    # Validation stacks the full model, the host alone and each blended seed switched off; the part before the
+    # first amplitude runs once. Each configuration must equal its own forward.
+    host = _grown(layout).eval()
+    on = tuple(s.seed is not None for s in host.slots)
+    plan = [("full", -1), ("host", -1), *(("off", k) for k in range(3) if on[k])]
+    mask = torch.from_numpy(plan_table(tuple(plan), 3)).double()
+    alphas, flags = FULL[0].view(-1, 1) * mask, FULL[1]
+    x = torch.randn(5, 3, 16, 16, dtype=torch.float64)
+    skip = tuple(not b for b in on)
+    with torch.no_grad():
+        stacked = host(x, alphas, flags, skip)
+        for k in range(len(plan)):
+            alone = host(x, alphas[:, k].contiguous(), flags, skip)
+            assert torch.allclose(stacked[5 * k:5 * (k + 1)], alone, rtol=1e-10, atol=1e-10), plan[k]
