@@ -18,7 +18,8 @@ the end of an evaluation episode, slot by slot, with its share of episodes. A se
 (the per-seed table names the update whose rollout that policy collected), and gets a second row, "(last
 policy)", for its last policy on the same episodes; a learning arm run with ``compare_agents --eval-sampled``
 gets a row "(sampled actions)" for its policy sampling its actions on the same episodes. Below the table,
-:func:`goal_check` says for each esper_agent arm whether it meets the head-to-head's goal. Writes
+:func:`goal_check` says for each esper_agent arm whether it meets the first head-to-head's goal (slices without
+costs and plans; the growth task's goals replace it where they are recorded). Writes
 ``summary.json``, ``table.md``, ``curves.png`` and, for each learning arm whose slices recorded the PPO telemetry
 (esper_agent), ``telemetry-<arm>.png`` (op histogram, entropy per head, KL, explained variance per update; drawn by
 :mod:`benchmarks.compare_plots`) into
@@ -316,7 +317,9 @@ def markdown(rows: list[dict], env: str, roles: h2h_goals.Roles = h2h_goals.DEFA
 
 
 def _goal_lines(rows: list[dict]) -> list[str]:
-    checks = goal_check(rows)
+    """The first head-to-head's goal, for slices of that campaign; slices that record costs and plans are read by
+    the growth task's goals instead (``h2h_report.markdown_lines``), so it is not shown beside them."""
+    checks = goal_check(rows) if not any("plans" in r for r in rows) else []
     if not checks:
         return []
     lines = ["", f"Goal: the arm's test-accuracy 95% CI wholly above that of each rival that ran "

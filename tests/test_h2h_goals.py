@@ -196,3 +196,11 @@ def test_only_the_learners_counted_episodes_pair_against_every_episode_of_the_ot
     # learner seed 1 counts reset seed 100_001, which the heuristic played (uncounted) as its seed 0's second
     assert h2h_goals.paired(rows["esper_agent"], rows["heuristic"], "return") == pytest.approx(
         {"mean": 0.1, "ci95": 0.0, "seeds": 2})
+
+
+def test_the_first_campaigns_goal_is_not_shown_beside_the_growth_tasks_goals():
+    rows = compare_report.summarize(_arms())
+    table = compare_report.markdown(rows, "env")
+    assert "Goal: the arm's test-accuracy 95% CI" not in table
+    older = [{k: v for k, v in r.items() if k != "plans"} for r in rows]  # slices without costs and plans
+    assert "Goal: the arm's test-accuracy 95% CI" in compare_report.markdown(older, "env")
