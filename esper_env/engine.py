@@ -49,7 +49,7 @@ ISSUE_CHUNK = 8
 class EpochControl:
     """What one sub-env's next epoch needs from the rules: slot controls, learning rates, fault injection."""
 
-    controls: list[float]  # alpha, straight-through and upstream flag per slot (``training.slot_controls``)
+    controls: list[float]  # alpha, straight-through and upstream flag per slot (``host.slot_controls``)
     learning_rates: np.ndarray  # (batches per epoch, 2): host and seed lr at each step (``esper_env.schedule``)
     fault: str | None = None  # testing aid: see ``EsperVectorEnv.inject_fault``
 
@@ -218,7 +218,7 @@ class Engine:
     # --- graphs ------------------------------------------------------------------------------------------
     def _refresh_graphs(self, i: int) -> None:
         """Drop sub-env ``i``'s graphs if its seed modules, or the slots its training step runs as FULL
-        (``training.full_slots``), changed since they were captured."""
+        (``host.full_slots``), changed since they were captured."""
         if not self.use_graphs:
             return
         trainer = self.trainers[i]

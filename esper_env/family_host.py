@@ -192,9 +192,10 @@ class FamilyHost(nn.Module):
         """As ``host.HostModel.forward``: ``alphas`` ``(num_slots,)`` or ``(num_slots, K)``; ``flags``
         ``(2, num_slots)``. Training with every live seed in ``full`` runs the network the seeds grow
         (``family_joint.forward_full``)."""
-        on = tuple(s.seed is not None and not (skip and skip[k]) for k, s in enumerate(self.slots))
-        if full and self.training and alphas.dim() == 1 and all(k in full for k in range(len(on)) if on[k]):
+        planted = [k for k, s in enumerate(self.slots) if s.seed is not None]
+        if full and self.training and alphas.dim() == 1 and not any(skip) and all(k in full for k in planted):
             return forward_full(self, x)
+        on = tuple(s.seed is not None and not (skip and skip[k]) for k, s in enumerate(self.slots))
         stack = Stacker.of(x, alphas)
         h = self.net.stem(x)
         pending: tuple[int, torch.Tensor] | None = None  # a widen seed's new channels, for the next layer

@@ -70,8 +70,10 @@ def _old_channels_only(weight: torch.Tensor, before: WidenSeed | None) -> torch.
     """A widen seed's incoming weight, with zero columns for the previous stage's copies (it reads none)."""
     if before is None:
         return weight
-    extra = before.conv.out_channels
-    return torch.cat([weight, weight.new_zeros((weight.shape[0], extra, *weight.shape[2:]))], 1)
+    zeros = weight.new_zeros((weight.shape[0], before.conv.out_channels, *weight.shape[2:]))
+    if weight.is_contiguous(memory_format=torch.channels_last):  # so that the joined weight stays channels-last
+        zeros = zeros.contiguous(memory_format=torch.channels_last)
+    return torch.cat([weight, zeros], 1)
 
 
 def _norm(y: torch.Tensor, norm: nn.BatchNorm2d, seed_norm: nn.BatchNorm2d | None) -> torch.Tensor:

@@ -134,7 +134,7 @@ class Stacker:
     def __call__(self, t: torch.Tensor) -> torch.Tensor:
         if self.configs == 1 or t.shape[0] != self.batch:
             return t
-        return t.repeat(self.configs, *[1] * (t.dim() - 1))
+        return torch.cat([t] * self.configs)  # keeps channels-last (``repeat`` would not)
 
 
 def _per_sample(alpha: torch.Tensor, batch: int) -> torch.Tensor:

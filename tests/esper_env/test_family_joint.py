@@ -20,16 +20,19 @@ from esper_env.training import plan_table
 INDEX = {bp.name: i for i, bp in enumerate(FAMILY_BLUEPRINTS)}
 FULL = (torch.ones(3, dtype=torch.float64), torch.tensor([[0.0] * 3, [1.0] * 3], dtype=torch.float64))
 
-# (slot, blueprint) plantings, with joins (slot, "join") between them: every way a stage's channels can be laid
-# out in the joint path (a split at each stage, side by side, into the head, beside residual blocks, and deepen).
+# Residual blocks per stage, then (slot, blueprint) plantings with joins (slot, "join") between them: every way a
+# stage's channels can be laid out in the joint path (a split at each stage, side by side, into the head with and
+# without a block before it, beside residual blocks, after joins, and deepen).
 LAYOUTS = {
-    "widen-0": [(0, "widen_l")],
-    "widen-1": [(1, "widen_s")],
-    "widen-head": [(2, "widen_l")],
-    "widen-all": [(0, "widen_s"), (1, "widen_l"), (2, "widen_s")],
-    "widen-beside-blocks": [(1, "deepen"), (1, "join"), (1, "widen_l"), (0, "widen_s")],
-    "deepen-and-widen": [(0, "deepen"), (1, "widen_l"), (2, "deepen")],
-    "after-joins": [(0, "widen_l"), (0, "join"), (1, "widen_s"), (2, "widen_s"), (2, "join"), (0, "widen_s")],
+    "widen-0": ((0, 0, 1), [(0, "widen_l")]),
+    "widen-1": ((0, 0, 1), [(1, "widen_s")]),
+    "widen-head": ((0, 0, 1), [(2, "widen_l")]),
+    "widen-head-split": ((0, 0, 0), [(1, "widen_s"), (2, "widen_l")]),
+    "widen-all": ((0, 0, 1), [(0, "widen_s"), (1, "widen_l"), (2, "widen_s")]),
+    "widen-beside-blocks": ((0, 0, 1), [(1, "deepen"), (1, "join"), (1, "widen_l"), (0, "widen_s")]),
+    "deepen-and-widen": ((0, 0, 1), [(0, "deepen"), (1, "widen_l"), (2, "deepen")]),
+    "after-joins": ((0, 0, 1), [(0, "widen_l"), (0, "join"), (1, "widen_s"), (2, "widen_s"), (2, "join"),
+                                (0, "widen_s")]),
 }
 
 
@@ -44,8 +47,9 @@ def _float64() -> Iterator[None]:
 
 def _grown(layout: str) -> FamilyHost:
     torch.manual_seed(0)
-    host = FamilyHost(Architecture((6, 8, 10), (0, 0, 1), stem=4), num_classes=5, in_channels=3)
-    for step, (slot, what) in enumerate(LAYOUTS[layout]):
+    blocks, steps = LAYOUTS[layout]
+    host = FamilyHost(Architecture((6, 8, 10), blocks, stem=4), num_classes=5, in_channels=3)
+    for step, (slot, what) in enumerate(steps):
         torch.manual_seed(step + 1)
         if what == "join":
             host.join(slot)
@@ -83,12 +87,25 @@ def test_training_at_full_controls_runs_the_grown_network_exactly(layout: str) -
         assert torch.equal(joint[2][name], buffer) or torch.allclose(joint[2][name], buffer, atol=1e-12), name
 
 
+def test_channels_last_weights_and_inputs_give_the_same_step() -> None:
+    # On CUDA the engine keeps hosts and batches channels-last; the joint weights must compute the same there.
+    host = _grown("after-joins").to(memory_format=torch.channels_last)
+    live = frozenset(k for k, s in enumerate(host.slots) if s.seed is not None)
+    x = torch.randn(4, 3, 16, 16, dtype=torch.float64).contiguous(memory_format=torch.channels_last)
+    general, joint = _step(copy.deepcopy(host), x, frozenset()), _step(host, x, live)
+    assert torch.allclose(joint[0], general[0], rtol=1e-10, atol=1e-10)
+    for name, grad in general[1].items():
+        assert torch.allclose(joint[1][name], grad, rtol=1e-9, atol=1e-9), name
+
+
 def test_the_joint_path_runs_in_training_with_every_live_seed_full(monkeypatch: pytest.MonkeyPatch) -> None:
     host = _grown("widen-all").train()
     x = torch.randn(2, 3, 16, 16, dtype=torch.float64)
     called = []
     monkeypatch.setattr(family_host, "forward_full", lambda model, images: called.append(1) or torch.zeros(()))
     host(x, *FULL, full=frozenset({0, 1}))  # slot 2's seed is not at FULL's controls: the general path
+    assert not called
+    host(x, *FULL, skip=(False, False, True), full=frozenset({0, 1}))  # nor when it is skipped: it would run
     assert not called
     host(x, *FULL, full=frozenset({0, 1, 2}))
     assert called
