@@ -9,6 +9,7 @@
 #   probe       the screen's growth arms on `full`, reset seeds 0-4, to pair with the screen's rows of an
 #               earlier commit (a change that should keep results within noise)
 #                                                      -> OUT_DIR/screen-probe-<sha>-<i>.jsonl
+#               read: python -m benchmarks.screen_compare <folder of those slices> <folder of the earlier rows>
 #
 # With no step named, all three run. <sha> is ESPER_GIT_COMMIT when set (a copy of the tree without its .git;
 # the rows are stamped with it too), else the checkout's HEAD. Each step's exit status is written at the end of
