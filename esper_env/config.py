@@ -92,7 +92,7 @@ class EnvConfig:
     batch_size: int = 512
     """Training batch (images)."""
     eval_batch_size: int = 1000
-    """Validation chunk (images); each chunk is stacked once per counterfactual configuration."""
+    """Validation chunk (images); the host stacks it once per counterfactual configuration where they differ."""
     host_lr: float = 0.6
     """Peak learning rate of the host (over the episode as ``lr_schedule`` says); the best of 0.05..0.6
     measured host-alone on CIFAR-10 (``benchmarks/results/host_alone-*.json``)."""
