@@ -197,6 +197,7 @@ class FamilyHost(nn.Module):
             return forward_full(self, x)
         on = tuple(s.seed is not None and not (skip and skip[k]) for k, s in enumerate(self.slots))
         stack = Stacker.of(x, alphas)
+        full = full if stack.configs == 1 else frozenset()  # stacked configurations differ in amplitude
         h = self.net.stem(x)
         pending: tuple[int, torch.Tensor] | None = None  # a widen seed's new channels, for the next layer
         for k, stage in enumerate(self.net.stages):

@@ -167,8 +167,9 @@ class HostModel(nn.Module):
         batch, configuration-major; ``flags``: ``(2, num_slots)`` straight-through and upstream-gradient flags
         (see the module docstring). Slots marked in ``skip`` output ``h`` without running their seed: the caller
         knows their alpha is 0 and no gradient is needed. Slots in ``full`` run their seed alone: the caller
-        knows their controls are FULL's."""
+        knows their controls are FULL's (one configuration only: stacked ones differ in amplitude)."""
         h, stack = x, Stacker.of(x, alphas)
+        full = full if stack.configs == 1 else frozenset()
         for index, block in enumerate(self.blocks):
             h = block(h)
             slot = self._slot_after.get(index)

@@ -162,3 +162,13 @@ def test_the_joint_step_is_as_close_to_float32_as_the_general_one_on_the_gpu_in_
     for name, grad in reference[1].items():
         cosine = [float(F.cosine_similarity(g[1][name].flatten(), grad.flatten(), dim=0)) for g in (general, joint)]
         assert cosine[1] > cosine[0] - 0.02, (name, cosine)
+
+
+def test_stacked_configurations_ignore_full() -> None:
+    # A slot marked FULL runs its seed alone; with stacked configurations the amplitudes differ, so no shortcut.
+    host = _grown("deepen-and-widen").eval()
+    x = torch.randn(3, 3, 16, 16, dtype=torch.float64)
+    alphas = torch.tensor([[1.0, 0.0]] * 3, dtype=torch.float64)
+    with torch.no_grad():
+        marked = host(x, alphas, FULL[1], full=frozenset({0, 1, 2}))
+        assert torch.equal(marked, host(x, alphas, FULL[1]))
