@@ -137,7 +137,7 @@ class FamilySlot(SlotModule):
         return isinstance(self.seed, WidenSeed)
 
     def forward(self, h: torch.Tensor, alpha: torch.Tensor, straight: torch.Tensor, upstream: torch.Tensor,
-                full: bool = False, stack: Stacker | None = None) -> torch.Tensor:
+                full: bool, stack: Stacker) -> torch.Tensor:
         return h if self.widens else super().forward(h, alpha, straight, upstream, full, stack)
 
     def widen_channels(self, x_in: torch.Tensor, upstream: torch.Tensor) -> torch.Tensor:

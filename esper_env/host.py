@@ -96,11 +96,11 @@ class SlotModule(nn.Module):
         self.seed, self.gate = None, None
 
     def forward(self, h: torch.Tensor, alpha: torch.Tensor, straight: torch.Tensor, upstream: torch.Tensor,
-                full: bool = False, stack: Stacker | None = None) -> torch.Tensor:
+                full: bool, stack: Stacker) -> torch.Tensor:
         """``alpha``: 0-dim, or ``(K,)`` for K stacked configurations; ``straight`` and ``upstream``: 0-dim
         flags. Pass them in ``h``'s dtype: a cast would cost a kernel per call. ``full``: the caller knows the
-        controls are FULL's (module docstring). ``stack``: ``h`` may hold one configuration's batch, which the
-        output stacks (the seed runs on it once); without it, ``h`` holds the K configurations already."""
+        controls are FULL's (module docstring). ``stack``: the host forward's :class:`Stacker`; ``h`` may hold one
+        configuration's batch, which the output stacks (the seed runs on it once)."""
         if self.seed is None:
             return h
         if full and self.gate is None:
@@ -109,8 +109,7 @@ class SlotModule(nn.Module):
         x = torch.lerp(h.detach(), h, upstream) if grad else h
         s = self.seed(x)
         gate = self.gate(x) if self.gate is not None else None
-        if stack is not None:
-            h, s, gate = stack(h), stack(s), stack(gate) if gate is not None else None
+        h, s, gate = stack(h), stack(s), stack(gate) if gate is not None else None
         a = _per_sample(alpha, h.shape[0])
         if gate is not None:
             a = a * gate
