@@ -9,7 +9,6 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from esper_env import family_host
 from esper_env.blueprints import FAMILY_BLUEPRINTS
@@ -139,29 +138,39 @@ def test_stacked_configurations_equal_one_forward_each(layout: str) -> None:
             assert torch.allclose(stacked[5 * k:5 * (k + 1)], alone, rtol=1e-10, atol=1e-10), plan[k]
 
 
-@pytest.mark.gpu
-def test_the_joint_step_is_as_close_to_float32_as_the_general_one_on_the_gpu_in_bfloat16() -> None:
-    # As the engine trains: CUDA, channels-last, bf16 autocast (cuDNN's kernels, not the CPU's). The two paths
-    # round differently in bf16, so each is compared with the general path in float32: the joint one must be
-    # about as close to it as the general one is.
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("layout", ["after-joins", "deepen-and-widen"])
+def test_the_joint_step_is_as_close_to_float32_as_the_general_one_in_bfloat16(device: str, layout: str) -> None:
+    # As the engine trains: channels-last, bf16 autocast (on CUDA cuDNN's kernels). The two paths round
+    # differently, so each is compared with the general path in float32: the joint one must be about as close to
+    # it as the general one is. One parameter's gradient on one batch is too noisy a judge in bf16 (its cosine to
+    # float32's ranges from 0.5 to 1 between batches, for either path), so the error is averaged over the
+    # parameters and over batches.
     torch.set_default_dtype(torch.float32)
-    host = _grown("after-joins").cuda().to(memory_format=torch.channels_last)
+    host = _grown(layout).to(device, memory_format=torch.channels_last)
     live = frozenset(k for k, s in enumerate(host.slots) if s.seed is not None)
-    x = torch.randn(64, 3, 16, 16, device="cuda").contiguous(memory_format=torch.channels_last)
-    controls = tuple(t.float().cuda() for t in FULL)
+    controls = tuple(t.float().to(device) for t in FULL)
 
-    def step(full: frozenset[int], bf16: bool) -> tuple[torch.Tensor, dict]:
+    def step(x: torch.Tensor, full: frozenset[int], bf16: bool) -> tuple[torch.Tensor, dict]:
         model = copy.deepcopy(host).train()
-        with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False, enabled=bf16):
+        with torch.autocast(device, dtype=torch.bfloat16, cache_enabled=False, enabled=bf16):
             logits = model(x, *controls, full=full).float()
         logits.square().mean().backward()
         return logits.detach(), {n: p.grad for n, p in model.named_parameters()}
 
-    reference, general, joint = step(frozenset(), False), step(frozenset(), True), step(live, True)
-    assert (joint[0] - reference[0]).abs().max() <= 1.5 * (general[0] - reference[0]).abs().max() + 1e-3
-    for name, grad in reference[1].items():
-        cosine = [float(F.cosine_similarity(g[1][name].flatten(), grad.flatten(), dim=0)) for g in (general, joint)]
-        assert cosine[1] > cosine[0] - 0.02, (name, cosine)
+    def error(path: tuple[torch.Tensor, dict], reference: tuple[torch.Tensor, dict]) -> tuple[float, float]:
+        grads = [float((path[1][n] - g).norm() / g.norm()) for n, g in reference[1].items()]
+        return float((path[0] - reference[0]).norm() / reference[0].norm()), sum(grads) / len(grads)
+
+    generator = torch.Generator().manual_seed(3)
+    errors = {"general": torch.zeros(2), "joint": torch.zeros(2)}
+    for _ in range(8):
+        x = torch.randn(64, 3, 16, 16, generator=generator).to(device, memory_format=torch.channels_last)
+        reference = step(x, frozenset(), False)
+        errors["general"] += torch.tensor(error(step(x, frozenset(), True), reference))
+        errors["joint"] += torch.tensor(error(step(x, live, True), reference))
+    assert errors["general"].min() > 0, errors  # bf16 did round: the comparison means something
+    assert (errors["joint"] <= 1.25 * errors["general"]).all(), errors  # logits, then gradients
 
 
 def test_stacked_configurations_ignore_full() -> None:
