@@ -35,7 +35,7 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from benchmarks import grow_report
 from esper_env import episode_data
-from esper_env.conditions import CONDITIONS, Condition
+from esper_env.conditions import CONDITIONS, Condition, condition_named
 from esper_env.config import EnvConfig
 from esper_env.data import Dataset, load_dataset, normalize, random_crop_flip
 from esper_env.family import Architecture, FamilyNet, boost_fresh, forward_flops, grow_to, param_count
@@ -85,14 +85,13 @@ def _suffix(condition: str) -> str:
 
 SMALL = Architecture((32, 64, 64), (0, 0, 0))
 ARCHITECTURES = {"seedling": SEEDLING, "small": SMALL, "medium": MEDIUM, "final": FINAL, "largest": LARGEST}
-HARSH = (Condition("pool2k", pool=2_000), Condition("noise60", label_noise=0.6),
-         Condition("pool5k-noise40", pool=5_000, label_noise=0.4))
-"""Harsher conditions than the env's catalogue, screened here before any joins it."""
+HARSH = tuple(condition_named(name) for name in ("pool2k", "noise60", "pool5k-noise40"))
+"""The harshest conditions, screened by the 'harsh' arm set before they joined the env's catalogue (screen v4)."""
 AXES = tuple(c for c in CONDITIONS if c.classes is not None or c.resolution is not None)
 """The catalogue's conditions on the classes-in-play and resolution axes, screened by the 'axes' arm set."""
-POOL_NOISE = tuple(c for c in CONDITIONS if c not in AXES)
-"""The catalogue's conditions on the pool and label-noise axes, screened by the 'conditions' arm set."""
-PROBE_CONDITIONS = {c.name: c for c in (*CONDITIONS, *HARSH)}
+POOL_NOISE = tuple(c for c in CONDITIONS if c not in AXES and c not in HARSH)
+"""The catalogue's other conditions on the pool and label-noise axes, screened by the 'conditions' arm set."""
+PROBE_CONDITIONS = {c.name: c for c in CONDITIONS}
 
 
 def schedule_arms(epochs: int) -> list[Arm]:

@@ -60,8 +60,14 @@ CONDITIONS = (
     Condition("classes5", classes=5),
     Condition("res16", resolution=16),
     Condition("res8", resolution=8),
+    Condition("pool2k", pool=2_000),
+    Condition("noise60", label_noise=0.6),
+    Condition("pool5k-noise40", pool=5_000, label_noise=0.4),
 )
-"""The documented set, in the order the mixture draws from; names are what the ``condition`` argument takes."""
+"""The documented set, in the order the mixture draws from; names are what the ``condition`` argument takes. The
+last three, the harshest (a 2k pool, 60% noise, both together at 5k and 40%), joined after screen v3, where the
+nine before them left the per-condition oracle 1.35 points of return over the best single plan
+(``docs/experiments/2026-11-28-screen-v4.md``)."""
 
 MIXTURE = "mixture"
 """The ``condition`` value under which each episode draws one of :data:`CONDITIONS` uniformly."""

@@ -62,9 +62,9 @@ class EnvConfig:
     """Synthetic dataset: number of classes (count, >= 2); sets the classifier's width and the chance level."""
     condition: str = "full"
     """Hidden training condition (``esper_env.conditions``): a catalogue name (``"full"``, ``"pool15k"``,
-    ``"pool5k"``, ``"noise40"``, ``"pool15k-noise20"``, ``"classes2"``, ``"classes5"``, ``"res16"``, ``"res8"``)
-    fixes it; ``"mixture"`` draws one uniformly per episode from the reset seed. Never in the observation;
-    ``info["condition"]`` names it."""
+    ``"pool5k"``, ``"noise40"``, ``"pool15k-noise20"``, ``"classes2"``, ``"classes5"``, ``"res16"``, ``"res8"``,
+    ``"pool2k"``, ``"noise60"``, ``"pool5k-noise40"``) fixes it; ``"mixture"`` draws one uniformly per episode
+    from the reset seed. Never in the observation; ``info["condition"]`` names it."""
 
     # --- host and its training recipe -------------------------------------------------------------------
     host: str = "small"

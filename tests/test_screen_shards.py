@@ -50,7 +50,7 @@ def test_shards_hold_whole_groups_every_group_once_and_similar_work():
     shards = [screen_shards.shard_jobs(arms, conditions, [0, 1, 2, 3, 4], f"{i}/16", costs) for i in range(16)]
     groups = [sorted({(job.arm.name, job.condition) for job in shard}) for shard in shards]
     every = [group for shard in groups for group in shard]
-    assert len(every) == len(set(every)) == len(arms) * len(conditions) == 21 * 10
+    assert len(every) == len(set(every)) == len(arms) * len(conditions) == 21 * (len(CONDITIONS) + 1)
     for shard in shards:  # every seed of a group in the same shard, side by side
         for (name, condition), jobs in itertools.groupby(shard, key=lambda job: (job.arm.name, job.condition)):
             assert [job.seed for job in jobs] == [0, 1, 2, 3, 4], (name, condition)
