@@ -22,8 +22,9 @@ Work comes in groups, one per (arm, condition): all the seeds of a group play as
 so the GPU runs wide batches. ``--shard i/n`` deals the groups to ``n`` processes by estimated cost
 (``benchmarks.screen_shards``), the same way for the same arms, conditions and seeds, so several processes
 share the GPUs evenly. A job already in ``--out`` (same env, arm, condition and seed) is skipped, so a run cut
-short continues where it stopped when given the same arguments. ``--processes n`` starts the ``n`` shards itself,
-at most ``--per-gpu`` on each visible GPU, shard ``i`` writing ``<out stem>-i.jsonl``:
+short continues where it stopped when given the same arguments; ``--stop-at`` (a Unix time) starts only the
+groups expected to end by then, for machines lent in calls of limited length. ``--processes n`` starts the
+``n`` shards itself, at most ``--per-gpu`` on each visible GPU, shard ``i`` writing ``<out stem>-i.jsonl``:
 
     python -m benchmarks.screen --env Esper-CIFAR10-v0 --set family --conditions full ... --processes 16 \
         --out benchmarks/results/screen/Esper-CIFAR10-v0/all.jsonl
@@ -248,8 +249,16 @@ def run_group(env_id: str, kwargs: dict[str, Any], arm: Arm, condition: str, see
             for seed, record in zip(seeds, records, strict=True)]
 
 
-def to_play(args: argparse.Namespace) -> dict[tuple[str, str], tuple[Arm, list[int]]]:
-    """This shard's (arm, condition) groups with the seeds ``--out`` does not hold yet, in play order."""
+Groups = dict[tuple[str, str], tuple[Arm, list[int]]]
+
+SECONDS_PER_COST = 120.0
+"""Seconds a group is assumed to take per unit of its arm's estimated cost (``screen_shards.arm_cost``) until the
+process has timed one: about 52 on an H200 shared by 3 processes, more when more share it."""
+
+
+def to_play(args: argparse.Namespace) -> tuple[Groups, dict[str, float]]:
+    """This shard's (arm, condition) groups with the seeds ``--out`` does not hold yet, in play order, and each
+    arm's estimated cost."""
     every = arm_set(args.set)
     arms = [arm for arm in every if not args.arms or arm.name in args.arms]
     if unknown := set(args.arms or ()) - {arm.name for arm in every}:
@@ -261,23 +270,33 @@ def to_play(args: argparse.Namespace) -> dict[tuple[str, str], tuple[Arm, list[i
     costs = arm_costs(arms, args.env, args.env_kwargs)
     jobs = shard_jobs(arms, conditions, args.seeds, args.shard, costs)
     done = finished_jobs(args.out, args.env)
-    groups: dict[tuple[str, str], tuple[Arm, list[int]]] = {}
+    groups: Groups = {}
     for job in jobs:
         if (job.arm.name, job.condition, job.seed) not in done:
             groups.setdefault((job.arm.name, job.condition), (job.arm, []))[1].append(job.seed)
     total = sum(costs[arm.name] for arm in arms) * len(conditions) * len(args.seeds)
     print(f"shard {args.shard}: {len(jobs)} episodes, estimated cost {sum(costs[j.arm.name] for j in jobs):.1f} "
           f"of {total:.1f}; {sum(len(seeds) for _, seeds in groups.values())} still to play", flush=True)
-    return groups
+    return groups, costs
 
 
 def run(args: argparse.Namespace) -> int:
-    """Play this shard's jobs not yet in ``--out``, grouped by (arm, condition); returns the episodes played."""
-    groups = to_play(args)
-    played = 0
+    """Play this shard's jobs not yet in ``--out``, grouped by (arm, condition); returns the episodes played.
+    With ``--stop-at``, a group starts only if it is expected to end by then, at the rate of seconds per unit of
+    cost of the last group this process timed (:data:`SECONDS_PER_COST` before the first), so that a run cut at
+    a time limit does not lose a group half played; the groups left over are played by the next run."""
+    groups, costs = to_play(args)
+    played, rate = 0, SECONDS_PER_COST
     for (name, condition), (arm, seeds) in groups.items():
+        expected = costs[name] * rate
+        if args.stop_at is not None and time.time() + expected > args.stop_at:
+            print(f"{name} {condition}: left for the next run (expected {expected:.0f} s, "
+                  f"{args.stop_at - time.time():.0f} s left)", flush=True)
+            continue
         kwargs = job_kwargs(args.env_kwargs, arm, condition if args.conditions else None)
+        started = time.time()
         rows = run_group(args.env, kwargs, arm, condition, seeds)
+        rate = (time.time() - started) / costs[name]
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with args.out.open("a") as f:
             f.writelines(json.dumps(row) + "\n" for row in rows)
@@ -306,6 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--processes", type=int, help="play as this many shards in child processes spread over the "
                    "visible GPUs, shard i writing <out stem>-i.jsonl (benchmarks.screen_shards.launch)")
     p.add_argument("--per-gpu", type=int, default=4, help="with --processes: at most this many on one GPU")
+    p.add_argument("--stop-at", type=float, help="Unix time (seconds) by which every group started must be expected "
+                   "to end, e.g. $(( $(date +%%s) + 540 )) inside a 10-minute call; later groups wait for a rerun")
     return p
 
 

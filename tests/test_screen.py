@@ -161,6 +161,28 @@ def test_shards_split_the_jobs_and_a_second_run_plays_only_what_is_missing(tmp_p
         screen.job_kwargs({"autoreset_mode": "SameStep"}, arms[0], None)
 
 
+def test_stop_at_starts_only_groups_expected_to_end_in_time_and_a_rerun_plays_the_rest(tmp_path, monkeypatch, tiny):
+    clock = [1000.0]  # each group takes 100 s of this clock; the first is assumed to take SECONDS_PER_COST (120)
+    played = []
+
+    def fake_group(env_id, kwargs, arm, condition, seeds):
+        played.append(arm.name)
+        clock[0] += 100.0
+        return [{"arm": arm.name, "condition": condition, "seed": s, "env_id": env_id, "test_accuracy": 0.5,
+                 "seconds": 100.0} for s in seeds]
+
+    monkeypatch.setattr(screen, "run_group", fake_group)
+    monkeypatch.setattr(screen.time, "time", lambda: clock[0])
+    arms = tuple(Arm(name, "static") for name in ("a", "b", "c"))  # another host's arms: each costs 1.0
+    rows = _screen(tmp_path, monkeypatch, tiny, arms, "--seeds", "0", "--stop-at", "1250")
+    # a: 1000 + 120 <= 1250, plays; b: 1100 + 100 (the rate a measured) <= 1250, plays; c: 1200 + 100 > 1250
+    assert played == ["a", "b"] and [r["arm"] for r in rows] == ["a", "b"]
+    rows = _screen(tmp_path, monkeypatch, tiny, arms, "--seeds", "0")
+    assert played == ["a", "b", "c"] and [r["arm"] for r in rows] == ["a", "b", "c"]
+    _screen(tmp_path, monkeypatch, tiny, arms, "--seeds", "0", "--stop-at", "0")
+    assert played == ["a", "b", "c"]  # nothing left, nothing started
+
+
 @pytest.mark.skipif("condition" not in {f.name for f in dataclasses.fields(EnvConfig)},
                     reason="EnvConfig has no condition field yet")
 def test_conditions_are_passed_to_the_env_and_recorded_as_reported(tmp_path, monkeypatch, tiny):
