@@ -22,7 +22,8 @@ Work comes in groups, one per (arm, condition): all the seeds of a group play as
 so the GPU runs wide batches. ``--shard i/n`` deals the groups to ``n`` processes by estimated cost
 (``benchmarks.screen_shards``), the same way for the same arms, conditions and seeds, so several processes
 share the GPUs evenly. A job already in ``--out`` (same env, arm, condition and seed) is skipped, so a run cut
-short continues where it stopped when given the same arguments; ``--stop-at`` (a Unix time) starts only the
+short continues where it stopped when given the same arguments (a shard also skips what its siblings' slices
+hold, so the number of processes may change between runs); ``--stop-at`` (a Unix time) starts only the
 groups expected to end by then, for machines lent in calls of limited length. ``--processes n`` starts the
 ``n`` shards itself, at most ``--per-gpu`` on each visible GPU, shard ``i`` writing ``<out stem>-i.jsonl``:
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -219,11 +221,19 @@ def job_kwargs(base: Mapping[str, Any], arm: Arm, condition: str | None) -> dict
     return kwargs if condition is None else {**kwargs, "condition": condition}
 
 
+def run_slices(out: Path) -> list[Path]:
+    """The slices of the run ``out`` belongs to that exist: ``<stem>.jsonl`` and every ``<stem>-<i>.jsonl`` beside
+    it (what ``--processes`` writes), where ``out`` is either."""
+    base = re.sub(r"-\d+$", "", out.stem)
+    named = re.compile(re.escape(base) + r"(-\d+)?" + re.escape(out.suffix))
+    return sorted(path for path in out.parent.glob(f"{base}*{out.suffix}") if named.fullmatch(path.name))
+
+
 def finished_jobs(out: Path, env_id: str) -> set[tuple[str, str, int]]:
-    """(arm, condition, seed) of the episodes ``out`` already holds for ``env_id``."""
-    if not out.exists():
-        return set()
-    rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    """(arm, condition, seed) of the episodes for ``env_id`` already in any slice of ``out``'s run
+    (:func:`run_slices`): a job one shard played is not played again, even by a run resumed with another number
+    of processes (which deals the groups differently)."""
+    rows = [json.loads(line) for path in run_slices(out) for line in path.read_text().splitlines() if line.strip()]
     return {(r["arm"], r["condition"], r["seed"]) for r in rows if r["env_id"] == env_id}
 
 
@@ -326,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "visible GPUs, shard i writing <out stem>-i.jsonl (benchmarks.screen_shards.launch)")
     p.add_argument("--per-gpu", type=int, default=4, help="with --processes: at most this many on one GPU")
     p.add_argument("--stop-at", type=float, help="Unix time (seconds) by which every group started must be expected "
-                   "to end, e.g. $(( $(date +%%s) + 540 )) inside a 10-minute call; later groups wait for a rerun")
+                   "to end, e.g. $(( $(date +%%s) + 530 )) inside a 10-minute call; later groups wait for a rerun")
     return p
 
 

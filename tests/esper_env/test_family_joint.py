@@ -144,8 +144,9 @@ def test_the_joint_step_is_as_close_to_float32_as_the_general_one_in_bfloat16(de
     # As the engine trains: channels-last, bf16 autocast (on CUDA cuDNN's kernels). The two paths round
     # differently, so each is compared with the general path in float32: the joint one must be about as close to
     # it as the general one is. One parameter's gradient on one batch is too noisy a judge in bf16 (its cosine to
-    # float32's ranges from 0.5 to 1 between batches, for either path), so the error is averaged over the
-    # parameters and over batches.
+    # float32's ranges from 0.5 to 1 between batches, for either path), so each error is a mean over 8 batches:
+    # the logits', the gradients' over every parameter, and each parameter's alone (with more room: on the CPU
+    # the worst parameter's ratio is about 1.35, the overall ones 0.8 to 1.1).
     torch.set_default_dtype(torch.float32)
     host = _grown(layout).to(device, memory_format=torch.channels_last)
     live = frozenset(k for k, s in enumerate(host.slots) if s.seed is not None)
@@ -158,19 +159,21 @@ def test_the_joint_step_is_as_close_to_float32_as_the_general_one_in_bfloat16(de
         logits.square().mean().backward()
         return logits.detach(), {n: p.grad for n, p in model.named_parameters()}
 
-    def error(path: tuple[torch.Tensor, dict], reference: tuple[torch.Tensor, dict]) -> tuple[float, float]:
-        grads = [float((path[1][n] - g).norm() / g.norm()) for n, g in reference[1].items()]
-        return float((path[0] - reference[0]).norm() / reference[0].norm()), sum(grads) / len(grads)
+    def errors(path: tuple[torch.Tensor, dict], reference: tuple[torch.Tensor, dict]) -> torch.Tensor:
+        """Relative errors: the logits', then each parameter's gradient's."""
+        grads = [(path[1][n] - g).norm() / g.norm() for n, g in reference[1].items()]
+        return torch.stack([(path[0] - reference[0]).norm() / reference[0].norm(), *grads]).cpu()
 
     generator = torch.Generator().manual_seed(3)
-    errors = {"general": torch.zeros(2), "joint": torch.zeros(2)}
+    general, joint = 0.0, 0.0
     for _ in range(8):
         x = torch.randn(64, 3, 16, 16, generator=generator).to(device, memory_format=torch.channels_last)
         reference = step(x, frozenset(), False)
-        errors["general"] += torch.tensor(error(step(x, frozenset(), True), reference))
-        errors["joint"] += torch.tensor(error(step(x, live, True), reference))
-    assert errors["general"].min() > 0, errors  # bf16 did round: the comparison means something
-    assert (errors["joint"] <= 1.25 * errors["general"]).all(), errors  # logits, then gradients
+        general = general + errors(step(x, frozenset(), True), reference) / 8
+        joint = joint + errors(step(x, live, True), reference) / 8
+    assert general.min() > 0, general  # bf16 did round: the comparison means something
+    assert joint[0] <= 1.25 * general[0] and joint[1:].mean() <= 1.25 * general[1:].mean(), (general, joint)
+    assert (joint[1:] <= 1.6 * general[1:] + 0.01).all(), (general, joint)  # no parameter much worse
 
 
 def test_stacked_configurations_ignore_full() -> None:
