@@ -208,7 +208,9 @@ class EsperEnv(gym.Env):
       which would pay the same saturated reward for different final accuracies; the CIFAR-10 ids became the
       task's version 2 (the family host, its growth costs and the hidden condition mixture;
       ``esper_env.FAMILY_TASK``), and ``esper_env.SMALL_TASK`` gives them back the task before it; the
-      observation gained ``params_fraction`` and ``train_flops_fraction``.
+      observation gained ``params_fraction`` and ``train_flops_fraction``; the condition catalogue grew from
+      five to nine and then twelve conditions, so under ``"mixture"`` a reset seed may draw another condition
+      than it did before each change (a named condition trains as it did).
     """
 
     __doc__ = fill_env_doc(__doc__)  # the catalogue and layout parts of the text above, from esper_env.spaces
