@@ -161,38 +161,37 @@ def test_shards_split_the_jobs_and_a_second_run_plays_only_what_is_missing(tmp_p
         screen.job_kwargs({"autoreset_mode": "SameStep"}, arms[0], None)
 
 
-def test_stop_at_starts_only_groups_expected_to_end_in_time_and_a_rerun_plays_the_rest(tmp_path, monkeypatch, tiny):
-    clock = [1000.0]  # each group takes 50 s of this clock; the first is assumed to take SECONDS_PER_COST (120)
-    played = []
+def _fake_groups(monkeypatch: pytest.MonkeyPatch, seconds: float = 0.0) -> list[tuple[str, tuple[int, ...]]]:
+    """Replace playing a group by recording it, each taking ``seconds`` of a fake clock that starts at 1000; the
+    (arm, seeds) of the groups played, in order."""
+    played, clock = [], [1000.0]
 
     def fake_group(env_id, kwargs, arm, condition, seeds):
-        played.append(arm.name)
-        clock[0] += 50.0
+        played.append((arm.name, tuple(seeds)))
+        clock[0] += seconds
         return [{"arm": arm.name, "condition": condition, "seed": s, "env_id": env_id, "test_accuracy": 0.5,
-                 "seconds": 100.0} for s in seeds]
+                 "seconds": seconds} for s in seeds]
 
     monkeypatch.setattr(screen, "run_group", fake_group)
     monkeypatch.setattr(screen.time, "time", lambda: clock[0])
+    return played
+
+
+def test_stop_at_starts_only_groups_expected_to_end_in_time_and_a_rerun_plays_the_rest(tmp_path, monkeypatch, tiny):
+    played = _fake_groups(monkeypatch, seconds=50.0)  # the first group is assumed to take SECONDS_PER_COST (120)
     arms = tuple(Arm(name, "static") for name in ("a", "b", "c"))  # another host's arms: each costs 1.0
     rows = _screen(tmp_path, monkeypatch, tiny, arms, "--seeds", "0", "--stop-at", "1130")
     # a: 1000 + 120 <= 1130, plays; b: 1050 + 50 (the rate a measured; 120 would not fit) <= 1130, plays;
     # c: 1100 + 50 > 1130, left
-    assert played == ["a", "b"] and [r["arm"] for r in rows] == ["a", "b"]
+    assert [name for name, _ in played] == ["a", "b"] and [r["arm"] for r in rows] == ["a", "b"]
     rows = _screen(tmp_path, monkeypatch, tiny, arms, "--seeds", "0")
-    assert played == ["a", "b", "c"] and [r["arm"] for r in rows] == ["a", "b", "c"]
+    assert [name for name, _ in played] == ["a", "b", "c"] and [r["arm"] for r in rows] == ["a", "b", "c"]
     _screen(tmp_path, monkeypatch, tiny, arms, "--seeds", "0", "--stop-at", "0")
-    assert played == ["a", "b", "c"]  # nothing left, nothing started
+    assert len(played) == 3  # nothing left, nothing started
 
 
 def test_a_job_in_any_slice_of_the_run_is_not_played_again(tmp_path, monkeypatch, tiny):
-    played = []
-
-    def fake_group(env_id, kwargs, arm, condition, seeds):
-        played.append((arm.name, tuple(seeds)))
-        return [{"arm": arm.name, "condition": condition, "seed": s, "env_id": env_id, "test_accuracy": 0.5,
-                 "seconds": 1.0} for s in seeds]
-
-    monkeypatch.setattr(screen, "run_group", fake_group)
+    played = _fake_groups(monkeypatch)
     row = {"arm": "a", "condition": "mixture", "seed": 1, "env_id": ENV}
     (tmp_path / "slice-3.jsonl").write_text(json.dumps(row) + "\n")  # a shard of an earlier run with 4 processes
     (tmp_path / "slice-x.jsonl").write_text(json.dumps(row | {"seed": 0}) + "\n")  # another run's: not counted
