@@ -208,7 +208,9 @@ class EsperEnv(gym.Env):
       which would pay the same saturated reward for different final accuracies; the CIFAR-10 ids became the
       task's version 2 (the family host, its growth costs and the hidden condition mixture;
       ``esper_env.FAMILY_TASK``), and ``esper_env.SMALL_TASK`` gives them back the task before it; the
-      observation gained ``params_fraction`` and ``train_flops_fraction``; the condition catalogue grew from
+      observation gained ``params_fraction`` and ``train_flops_fraction``, and then per slot ``host_width`` and
+      ``host_blocks`` (the family host's shape, which a memoryless policy cannot otherwise recover after a
+      join); the condition catalogue grew from
       five to nine and then twelve conditions, so under ``"mixture"`` a reset seed may draw another condition
       than it did before each change (a named condition trains as it did).
     """

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from esper_env.architecture import Architecture
 from esper_env.config import EnvConfig
 from esper_env.episode import Episode, seed_params
 from esper_env.lifecycle import BLEND_CURVES, TEMPOS, SlotState, Stage
@@ -60,7 +61,23 @@ def _global_features(ep: Episode, cfg: EnvConfig, param_table: np.ndarray, host_
     }
 
 
-def _slot_features(state: SlotState, cfg: EnvConfig) -> dict:
+def host_shape(arch: Architecture | None, cfg: EnvConfig) -> list[tuple[float, float]]:
+    """Per stage of the family host (one slot each), how far it has grown: its width between the seedling's (0)
+    and the widest allowed (1) on a log2 scale, and its residual blocks over the most allowed. The host's own
+    (joined) shape: a live seed shows in its slot's blueprint and alpha instead. All zeros without ``arch`` (the
+    small host). A memoryless policy needs this: after a join the slot is free again, and only the host's shape
+    says what was grown there."""
+    if arch is None:
+        return [(0.0, 0.0)] * cfg.num_slots
+    out = []
+    for width, blocks, low, high, deepest in zip(arch.widths, arch.blocks, cfg.family_widths, cfg.max_widths,
+                                                 cfg.max_blocks, strict=True):
+        grown = math.log2(width / low) / math.log2(high / low) if high > low else 0.0
+        out.append((grown, blocks / deepest if deepest else 0.0))
+    return out
+
+
+def _slot_features(state: SlotState, cfg: EnvConfig, shape: tuple[float, float]) -> dict:
     seeded = state.has_seed
     measured = state.contribution is not None
     return {
@@ -74,16 +91,19 @@ def _slot_features(state: SlotState, cfg: EnvConfig) -> dict:
         "blend": _one_hot(state.blend if seeded else None, len(BLEND_CURVES)),
         "tempo": [state.tempo / max(TEMPOS) if seeded else 0.0],
         "grad_ratio": [SENTINEL if state.grad_ratio is None else symlog(state.grad_ratio) / LOSS_SCALE],
+        "host_width": [shape[0]],
+        "host_blocks": [shape[1]],
     }
 
 
 def observe(ep: Episode, cfg: EnvConfig, param_table: np.ndarray, host_params: int,
-            growth: tuple[float, float] = (0.0, 0.0)) -> np.ndarray:
+            growth: tuple[float, float] = (0.0, 0.0), arch: Architecture | None = None) -> np.ndarray:
     """The observation of one sub-env, float32, laid out as ``spaces.observation_layout``; ``growth``: the family
-    host's parameter and training-FLOPs fractions (``GrowthLedger.fractions``)."""
+    host's parameter and training-FLOPs fractions (``GrowthLedger.fractions``); ``arch``: the family host's current
+    architecture (None on the small host)."""
     values = _global_features(ep, cfg, param_table, host_params, growth)
-    for i, state in enumerate(ep.slots):
-        values.update({f"slot{i}.{k}": v for k, v in _slot_features(state, cfg).items()})
+    for i, (state, shape) in enumerate(zip(ep.slots, host_shape(arch, cfg), strict=True)):
+        values.update({f"slot{i}.{k}": v for k, v in _slot_features(state, cfg, shape).items()})
     layout = observation_layout(len(ep.slots))
     out = np.empty(layout[-1].start + layout[-1].size, dtype=np.float64)
     for f in layout:

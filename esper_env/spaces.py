@@ -114,6 +114,10 @@ SLOT_FEATURES = (
     Feature("blend", len(BLEND_CURVES), "one-hot blending curve (all 0 without a seed)"),
     Feature("tempo", 1, "blending ramp length / 8 (0 without a seed)"),
     Feature("grad_ratio", 1, "symlog(seed / host gradient norm) / 4; -1 if not measured"),
+    Feature("host_width", 1, "family: log2(this slot's stage channels / the seedling's) / log2(the widest's / the "
+            "seedling's) (0 on the small host)"),
+    Feature("host_blocks", 1, "family: this slot's stage residual blocks / the most it may hold (0 on the small "
+            "host)"),
 )
 
 

@@ -372,7 +372,8 @@ class EsperVectorEnv(VectorEnv):
     def _refresh_view(self, i: int) -> None:
         ep, table = self._episodes[i], self._table(i)
         growth = self._growth[i].fractions(self._params(i)) if self._growth else (0.0, 0.0)
-        self._obs[i] = observe(ep, self.config, table, self.host_params, growth)
+        arch = self._engine.trainers[i].model.arch if self._growth else None
+        self._obs[i] = observe(ep, self.config, table, self.host_params, growth, arch)
         self._blend_mask[i] = masks.blend_mask(ep.slots, self.config, table)
         if self._growth:  # where each family blueprint may still grow, never with the gated blend
             self._blend_mask[i] &= self._growth[i].blend_mask(self._engine.trainers[i].model)

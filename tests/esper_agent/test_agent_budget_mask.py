@@ -21,7 +21,7 @@ from esper_agent.trainer import Trainer
 from esper_env.config import EnvConfig
 from esper_env.lifecycle import BLEND_CURVES, SEEDED
 from esper_env.seeds import seed_param_count
-from esper_env.spaces import BLUEPRINT_NAMES, Head, Op, observation_layout
+from esper_env.spaces import BLUEPRINT_NAMES, Head, Op, observation_layout, observation_size
 
 ID = "Esper-Synthetic-v0"
 SMALL = {"device": "cpu", "batch_size": 64, "eval_batch_size": 128, "synthetic_train_size": 256,
@@ -128,7 +128,7 @@ def test_allowed_blend_keeps_the_preferred_blend_where_it_is_allowed() -> None:
 def test_the_heuristic_skips_forbidden_blueprints_in_its_rotation() -> None:
     actor = HeuristicActor(3, HeuristicConfig(plateau_gain=0.5, blueprints=("conv_light", "conv_small", "depthwise")))
     actor.reset(1)
-    obs = np.full((1, 31 + 25 * 3), -1.0, np.float32)
+    obs = np.full((1, observation_size(3)), -1.0, np.float32)
     obs[0, 0], obs[0, 1], obs[0, 5:7] = 0.1, 0.5, 0.5  # early, and a plateau
     op_slot = np.zeros((1, len(Op), 3), bool)
     op_slot[0, Op.WAIT] = op_slot[0, Op.GERMINATE] = True

@@ -13,7 +13,7 @@ import torch
 from esper_env.architecture import Architecture, param_count
 from esper_env.blueprints import FAMILY_BLUEPRINTS
 from esper_env.lifecycle import Stage
-from esper_env.spaces import Head, Op
+from esper_env.spaces import Head, Op, observation_layout
 
 FAMILY = {b.name: i for i, b in enumerate(FAMILY_BLUEPRINTS)}
 KWARGS = dict(host="family", max_epochs=8, train_images_per_epoch=512, batch_size=128, host_lr=0.6,
@@ -64,6 +64,19 @@ def test_a_fossilized_seed_joins_the_host_and_its_slot_grows_again() -> None:
     gains = env.unwrapped._engine.trainers[0].optimizer.gains  # what joined learns at the seeds' rate
     values = {round(float(v), 6) for g in gains if g is not None for v in g.unique()}
     assert values == {round(1 / 6, 6), 1.0}
+
+
+def test_the_observation_shows_what_joined_the_host_after_its_slot_is_free() -> None:
+    env = _env(1, fossilize_min_contribution=-100.0)
+    width = {f.name: f.start for f in observation_layout(3)}["slot2.host_width"]
+    obs, info = env.reset(seed=0)
+    assert obs[0, width] == 0.0  # the seedling's 32 channels
+    seen = []
+    for _ in range(KWARGS["max_epochs"]):
+        obs, _, _, _, info = env.step(_grow(info, FAMILY["widen_s"], 2))
+        seen.append((env.unwrapped._engine.trainers[0].model.arch.widths[2], round(float(obs[0, width]), 5)))
+    # log2(channels / 32) / log2(256 / 32), following every join, whatever the slot shows
+    assert {(w, round(math.log2(w / 32) / 3, 5)) for w, _ in seen} == set(seen) and seen[-1][0] == 128
 
 
 def test_masks_follow_the_family_catalogue_and_limits() -> None:

@@ -82,7 +82,7 @@ def test_a_blueprint_appended_to_the_catalogue_reaches_the_spaces_the_seeds_the_
         from esper_env.seeds import build_seed
 
         assert spaces.BLUEPRINT_NAMES[-1] == "extra" and spaces.head_sizes(3)[2] == 8
-        assert spaces.observation_size(3) == 111  # one more one-hot entry per slot
+        assert spaces.observation_size(3) == 117  # one more one-hot entry per slot
         assert "* 7 ``extra``: x + GN(conv1x1(ReLU(conv1x1(x)))), GN zero" in EsperEnv.__doc__
         x = torch.randn(2, 8, 4, 4)
         assert torch.equal(build_seed(7, 8)(x), x)  # the identity when planted
