@@ -177,6 +177,11 @@ def _per_seed(counted: list[dict[int, dict]], key: str) -> list[float]:
     return [_mean_of(episodes, key) for episodes in counted]
 
 
+def seed_means(slices: list[dict], key: str) -> list[float]:
+    """Each slice's (seed's) mean of ``key`` over the episodes :func:`counted_episodes` counts for it."""
+    return _per_seed(counted_episodes(slices), key)
+
+
 def paired_difference(slices: list[dict], reference: list[dict]) -> tuple[float, float, int]:
     """Mean and 95% CI half-width over the seeds both ran of (test accuracy - the reference's), each seed on its
     counted episodes (which no other seed of this arm counts) against the reference's episodes of the same seed
