@@ -190,7 +190,8 @@ class EnvConfig:
     """Consecutive epochs (epochs) a host must look collapsed to chance before the governor rolls it back, as
     it does a diverged one; 0 turns collapse detection off. Collapsed: validation accuracy at chance (see
     ``collapse_accuracy_margin``) after the episode's best was ``collapse_peak`` above it, or at chance with the
-    validation loss stuck at ln(number of classes), the loss of a constant prediction (a dead network)."""
+    validation loss stuck at ln(number of classes), the loss of a constant prediction, while the training loss
+    has stopped falling (a dead network, not a slow start; ``esper_env.episode.collapsed``)."""
     collapse_accuracy_margin: float = 0.02
     """Validation accuracy at most this far above chance (fraction) counts as at chance for collapse detection."""
     collapse_peak: float = 0.2
@@ -198,7 +199,8 @@ class EnvConfig:
     chance (fraction; 30% on 10 classes): a host that has not learned yet has not collapsed, and a small host's
     noisy first epochs (tiny validation sets swing by several points) do not count as having learned."""
     collapse_loss_tolerance: float = 0.01
-    """A validation loss within this of ln(number of classes) (nats) counts as stuck for collapse detection."""
+    """A validation loss within this of ln(number of classes) (nats) counts as stuck for collapse detection, and a
+    training loss that fell by no more than this since the previous epoch as no longer falling."""
     snapshot_interval: int = 3
     """Epochs between refreshes of the host's last-good snapshot (epochs)."""
 

@@ -175,7 +175,13 @@ def collapsed(episode: Episode, m: Measurement, cfg: EnvConfig, chance_accuracy:
     For the last ``cfg.collapse_patience`` epochs (0: never) the validation accuracy is within
     ``collapse_accuracy_margin`` of ``chance_accuracy``, and either an earlier epoch of the episode was at least
     ``collapse_peak`` above chance, or the validation loss stayed within ``collapse_loss_tolerance`` nats of
-    -ln(chance_accuracy), i.e. ln(number of classes) for balanced classes: the loss of a constant prediction.
+    -ln(chance_accuracy), i.e. ln(number of classes) for balanced classes: the loss of a constant prediction,
+    while the training loss did not fall by more than that tolerance since the previous epoch. The training loss
+    tells a dead network from a slow start: validation read through a moving average of the weights
+    (``ema_epochs``) lags the live weights by about an epoch, and a host that starts slowly (on Esper-Synthetic-v0
+    with the family task, one reset seed in sixteen, WAIT only) showed validation at ln(10) for three epochs
+    while its training loss fell by 0.03 nats per epoch, and was rolled back with a reward of -1 for nothing it
+    did.
     """
     patience = cfg.collapse_patience
     accuracies = [*episode.val_accuracy_history, *_last(episode, "val_accuracy"), m.val_accuracy]
@@ -188,7 +194,9 @@ def collapsed(episode: Episode, m: Measurement, cfg: EnvConfig, chance_accuracy:
     fell = bool(earlier) and max(earlier) >= chance_accuracy + cfg.collapse_peak
     chance_loss = -math.log(chance_accuracy)
     stuck = all(abs(v - chance_loss) <= cfg.collapse_loss_tolerance for v in losses[-patience:])
-    return fell or stuck
+    previous_train = _last(episode, "train_loss")
+    still_fitting = bool(previous_train) and previous_train[0] - m.train_loss > cfg.collapse_loss_tolerance
+    return fell or (stuck and not still_fitting)
 
 
 def _last(episode: Episode, name: str) -> list[float]:

@@ -18,17 +18,19 @@ CHANCE = 0.1
 LN10 = math.log(10)
 
 
-def _measurement(accuracy: float, loss: float) -> Measurement:
-    return Measurement(train_loss=loss, train_accuracy=accuracy, val_loss=loss, val_accuracy=accuracy,
+def _measurement(accuracy: float, loss: float, train_loss: float | None = None) -> Measurement:
+    train_loss = loss if train_loss is None else train_loss
+    return Measurement(train_loss=train_loss, train_accuracy=accuracy, val_loss=loss, val_accuracy=accuracy,
                        host_only_accuracy=accuracy, accuracy_without=(accuracy,) * 3, host_grad_norm=1.0,
                        seed_grad_norms=(0.0,) * 3, test_accuracy=None, images_trained=512)
 
 
-def _first_collapse(curve: list[tuple[float, float]], cfg: EnvConfig = CFG) -> int | None:
-    """The epoch (1-based) at which the rule first fires on ``curve`` of (accuracy, loss), or None."""
+def _first_collapse(curve: list[tuple[float, ...]], cfg: EnvConfig = CFG) -> int | None:
+    """The epoch (1-based) at which the rule first fires on ``curve`` of (accuracy, loss[, training loss]), or
+    None; the training loss is the validation loss where not given."""
     episode = Episode.fresh(3)
-    for epoch, (accuracy, loss) in enumerate(curve, start=1):
-        m = _measurement(accuracy, loss)
+    for epoch, point in enumerate(curve, start=1):
+        m = _measurement(*point)
         if collapsed(episode, m, cfg, CHANCE):
             return epoch
         finish_epoch(episode, m, cfg)
@@ -50,6 +52,11 @@ def _first_collapse(curve: list[tuple[float, float]], cfg: EnvConfig = CFG) -> i
     ([(0.4, 1.7), (0.1, 3.0), (0.1, 3.1), (0.42, 1.6), (0.1, 3.0)], None),
     # loss near ln(10) but the host predicts well above chance: not a constant prediction
     ([(0.25, LN10), (0.26, LN10), (0.27, LN10)], None),
+    # a slow start read through the weights' moving average (Esper-Synthetic-v0, family task, reset seed 14):
+    # validation at ln(10) for three epochs while the training loss falls, then learning shows
+    ([(0.098, 2.3025, 2.301), (0.1, 2.3022, 2.2735), (0.117, 2.3007, 2.2395), (0.189, 2.2925, 2.2061)], None),
+    # the same validation curve with a training loss that has stopped falling: dead
+    ([(0.098, 2.3025, 2.301), (0.1, 2.3022, 2.2735), (0.117, 2.3007, 2.2695)], 3),
 ])
 def test_collapse_rule(curve, expected):
     assert _first_collapse(curve) == expected
