@@ -37,7 +37,8 @@ class AgentConfig:
 
     # --- rollout and network ----------------------------------------------------------------------------
     rollout_steps: int = 25
-    """Env steps per sub-env per update (steps); equal to the episode length, a rollout holds whole episodes."""
+    """Env steps per sub-env per update (steps); equal to the episode length, a rollout holds whole episodes
+    (``python -m esper_agent.train`` sets it to an Esper env's ``max_epochs`` unless given; 25 is the small task's)."""
     hidden_size: int = 128
     """Width of the encoder, the LSTM state and the head MLPs (units, even, >= 8; 128-256 recommended)."""
     slot_conditioned_heads: bool = False

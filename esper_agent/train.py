@@ -46,6 +46,7 @@ from esper_agent.config import AgentConfig, field_help
 from esper_agent.distributed import SINGLE, SingleProcess
 from esper_agent.telemetry import RunLogger
 from esper_agent.trainer import Trainer
+from esper_env.config import EnvConfig
 
 CHECKPOINT_NAME = "checkpoint.pt"
 RUN_DEFAULTS: dict[str, Any] = {"env": "Esper-CIFAR10-v0", "env_kwargs": {}, "num_envs": 8, "device": "auto",
@@ -233,13 +234,31 @@ def _load_resume(path: Path, given: dict[str, Any], overrides: dict[str, Any]
     return payload, stored, config
 
 
+def episode_length_of(env_id: str, env_kwargs: dict[str, Any]) -> int | None:
+    """The episode length (``max_epochs``) a registered Esper env id and its kwargs resolve to, read without
+    making the env; None for an id that is not Esper's or is not registered yet ('module:Id')."""
+    try:
+        spec = gym.spec(env_id)
+    except gym.error.Error:
+        return None
+    if not str(spec.entry_point).startswith("esper_env."):
+        return None
+    return EnvConfig.from_kwargs(**{**spec.kwargs, **env_kwargs}).max_epochs
+
+
 def _setup(given: dict[str, Any], overrides: dict[str, Any]
            ) -> tuple[dict[str, Any] | None, RunOptions, AgentConfig]:
-    """The checkpoint to resume (or None), the run options and the agent config of this command line."""
+    """The checkpoint to resume (or None), the run options and the agent config of this command line. A fresh
+    run on an Esper id without ``--rollout-steps`` collects rollouts of one episode (``max_epochs`` steps): the
+    config's default, 25, is the small task's length, and on the 20-epoch CIFAR-10 ids it would spend a fifth of
+    every rollout on the start of an episode that the next rollout's reset throws away."""
     if "resume" in given:
         resume, stored, config = _load_resume(given["resume"], given, overrides)
         return resume, _options(given, stored), config
-    return None, _options(given, None), AgentConfig(**overrides)
+    options = _options(given, None)
+    if "rollout_steps" not in overrides and (length := episode_length_of(options.env_id, options.env_kwargs)):
+        overrides = overrides | {"rollout_steps": length}
+    return None, options, AgentConfig(**overrides)
 
 
 def with_preset(args: dict[str, Any]) -> dict[str, Any]:

@@ -224,3 +224,18 @@ def test_a_shipped_copy_names_its_commit(monkeypatch: pytest.MonkeyPatch) -> Non
     assert train.git_commit() == ("0123abc", False)
     monkeypatch.setenv("ESPER_GIT_DIRTY", "1")
     assert train.git_commit() == ("0123abc", True)
+
+
+def test_a_fresh_run_on_an_esper_id_collects_one_episode_per_rollout_unless_told(tmp_path: Path) -> None:
+    """Without --rollout-steps a rollout is the env's max_epochs long (here 3, not the config's 25), so no rollout
+    ends inside an episode that the next one's reset throws away; a given --rollout-steps wins."""
+    tiny = {"max_epochs": 3, "device": "cpu", "synthetic_train_size": 64, "synthetic_val_size": 32,
+            "batch_size": 32, "host_widths": [4, 8]}
+    flags = ["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(tiny), "--num-envs", "2", "--hidden-size", "8",
+             "--total-updates", "1"]
+    assert train.main([*flags, "--run-dir", str(tmp_path / "default")]) == 0
+    assert json.loads((tmp_path / "default" / "config.json").read_text())["agent"]["rollout_steps"] == 3
+    assert train.main([*flags, "--rollout-steps", "4", "--run-dir", str(tmp_path / "given")]) == 0
+    assert json.loads((tmp_path / "given" / "config.json").read_text())["agent"]["rollout_steps"] == 4
+    assert train.episode_length_of(ENV, {}) is None  # not Esper's: the config's default stays
+    assert train.episode_length_of("Esper-CIFAR10-v0", {}) == 20
