@@ -140,4 +140,36 @@ def compute_gae(rollout: Rollout, rewards: Tensor, gamma: float, lam: float) -> 
     return Advantages(advantages, advantages + rollout.values)
 
 
-__all__ = ["Rollout", "Advantages", "RolloutStorage", "compute_gae", "next_values"]
+def first_episode(rollout: Rollout) -> Tensor:
+    """(N, T) bool: the stored steps of each row's first episode, the one its rollout reset started."""
+    later_starts = rollout.episode_start.long().cumsum(1) - rollout.episode_start[:, :1].long()
+    return rollout.valid & (later_starts == 0)
+
+
+def subtract_group_baseline(advantages: Advantages, rollout: Rollout, group_size: int) -> Advantages:
+    """Advantages relative to the other episodes of the same seed group, step by step.
+
+    Rows ``g * group_size`` to ``(g + 1) * group_size - 1`` are episodes reset with one seed (the trainer's
+    ``seed_group_size``); their first episodes start together, so step ``t`` of one is step ``t`` of the others.
+    Each first-episode advantage loses the mean advantage of the group's other rows at the same step (leave one
+    out: the others' episodes do not depend on this row's actions, so the gradient stays unbiased, while the
+    seed's luck, common to the group, cancels). Steps of a later episode, or with no other row at that step,
+    keep their advantage. The critic's targets (``returns``) are unchanged.
+    """
+    n, t = advantages.advantages.shape
+    if group_size == 1:
+        return advantages
+    if group_size < 1 or n % group_size:
+        raise ValueError(f"seed_group_size={group_size} must be >= 1 and divide the rollout's {n} rows")
+    inside = first_episode(rollout).reshape(n // group_size, group_size, t)
+    adv = advantages.advantages.reshape(n // group_size, group_size, t)
+    own = torch.where(inside, adv, torch.zeros_like(adv))
+    others_sum = own.sum(1, keepdim=True) - own
+    others_count = inside.sum(1, keepdim=True) - inside.long()
+    usable = inside & (others_count > 0)
+    baseline = torch.where(usable, others_sum / others_count.clamp(min=1), torch.zeros_like(adv))
+    return Advantages((adv - baseline).reshape(n, t), advantages.returns)
+
+
+__all__ = ["Rollout", "Advantages", "RolloutStorage", "compute_gae", "first_episode", "next_values",
+           "subtract_group_baseline"]

@@ -117,7 +117,7 @@ class Collector:
     def _obs_tensor(self, obs: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(self.obs_norm.normalize(obs), device=self.device)
 
-    def collect(self, seed: int, generator: torch.Generator, teacher: Actor | None = None
+    def collect(self, seed: int | list[int], generator: torch.Generator, teacher: Actor | None = None
                 ) -> tuple[Rollout, RolloutStats]:
         """One rollout of ``storage.steps`` steps per sub-env (steps where no sub-env moved do not count).
 
@@ -185,6 +185,17 @@ def rank_reset_seed(seed: int, update: int, rank: int, num_envs: int) -> int:
     return rollout_seed(seed, update) + rank * num_envs
 
 
+def grouped_reset_seeds(seed: int, num_envs: int, group_size: int) -> int | list[int]:
+    """The reset seed(s) of a vector env whose sub-envs come in groups of ``group_size`` sharing a seed: ``seed``
+    itself when groups are off (1: the vector env seeds sub-env ``i`` with ``seed + i``), else sub-env ``i`` gets
+    ``seed + i // group_size``, inside the same range of seeds, so ranks (``rank_reset_seed``) never share one."""
+    if group_size < 1 or num_envs % group_size:
+        raise ValueError(f"seed_group_size={group_size} must be >= 1 and divide num_envs={num_envs}")
+    if group_size == 1:
+        return seed
+    return [seed + i // group_size for i in range(num_envs)]
+
+
 def merge_rollout_stats(parts: list[RolloutStats]) -> RolloutStats:
     """One :class:`RolloutStats` for the rollouts of every rank (episodes in rank order)."""
     if len(parts) == 1:
@@ -204,4 +215,4 @@ def merge_rollout_stats(parts: list[RolloutStats]) -> RolloutStats:
 
 
 __all__ = ["Collector", "EpisodeTracker", "EpisodeRecord", "RolloutStats", "rollout_seed", "rank_reset_seed",
-           "merge_rollout_stats", "masks_to_device"]
+           "grouped_reset_seeds", "merge_rollout_stats", "masks_to_device"]

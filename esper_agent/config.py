@@ -28,6 +28,13 @@ class AgentConfig:
     """Discount per env step (unitless, in (0, 1]); must equal the env's pbrs_gamma when PBRS is on."""
     gae_lambda: float = 0.95
     """GAE lambda (unitless, in [0, 1]): 0 = one-step TD advantages, 1 = Monte-Carlo returns."""
+    seed_group_size: int = 1
+    """Sub-envs that share one reset seed in each rollout (count, >= 1, dividing num_envs; 1 = every sub-env
+    its own seed). With G > 1 the G episodes of a group start from the same host weights, data order and hidden
+    condition and differ only by the actions sampled, and each step's advantage is taken relative to the mean
+    advantage of the group's other episodes at the same step (a leave-one-out baseline, as in RLOO or GRPO): the
+    luck of the seed and the condition, which the critic cannot see at the start, cancels, and what is left is
+    the effect of the actions. The policy never sees the seed; only training groups by it."""
     bootstrap_truncation: bool = False
     """Bootstrap a truncated episode from V(final observation), as for a time limit cutting an endless task.
     Off by default: an Esper episode is truncated at its fixed, observed horizon (max_epochs), after which the
@@ -155,8 +162,8 @@ LEGACY_VALUES: dict[str, Any] = {"bootstrap_truncation": True}
 
 _UNIT_INTERVAL_OPEN_LOW = ("gamma",)
 _UNIT_INTERVAL = ("gae_lambda", "anomaly_entropy_min")
-_POSITIVE_INT = ("rollout_steps", "update_epochs", "num_minibatches", "max_nonfinite_steps", "checkpoint_interval",
-                 "imitation_epochs")
+_POSITIVE_INT = ("seed_group_size", "rollout_steps", "update_epochs", "num_minibatches", "max_nonfinite_steps",
+                 "checkpoint_interval", "imitation_epochs")
 _POSITIVE = ("clip_coef", "learning_rate", "adam_eps", "max_grad_norm", "obs_clip", "reward_clip",
              "anomaly_ratio_max", "anomaly_kl_max")
 _NON_NEGATIVE = ("ent_coef", "reference_kl_coef", "vf_coef", "target_kl", "anomaly_ratio_min",

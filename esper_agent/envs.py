@@ -87,7 +87,7 @@ class VectorEnvDriver:
         """The raw ``info`` of the last :meth:`step`, before any DISABLED-mode reset: for callers that record more
         than :data:`TELEMETRY_KEYS` (``esper_agent.evaluate`` draws timelines from it)."""
 
-    def reset(self, seed: int | None = None) -> tuple[np.ndarray, ActionMasks]:
+    def reset(self, seed: int | list[int] | None = None) -> tuple[np.ndarray, ActionMasks]:
         obs, info = self.envs.reset(seed=seed)
         self._pending[:] = False
         return np.asarray(obs, np.float32), self.masks_from_info(info)

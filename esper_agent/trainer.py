@@ -34,8 +34,8 @@ import gymnasium as gym
 import torch
 
 from esper_agent.anomalies import detect_anomalies
-from esper_agent.buffer import Advantages, Rollout, RolloutStorage, compute_gae
-from esper_agent.collect import Collector, RolloutStats, merge_rollout_stats, rank_reset_seed
+from esper_agent.buffer import Advantages, Rollout, RolloutStorage, compute_gae, subtract_group_baseline
+from esper_agent.collect import Collector, RolloutStats, grouped_reset_seeds, merge_rollout_stats, rank_reset_seed
 from esper_agent.config import AgentConfig
 from esper_agent.contracts import check_gamma_contract, check_imitation_possible, episode_length
 from esper_agent.distributed import SINGLE, SingleProcess, sample_seed, warn_main
@@ -52,10 +52,14 @@ from esper_env.blueprints import catalogue
 
 
 def check_shapes(envs: gym.vector.VectorEnv, driver: VectorEnvDriver, config: AgentConfig) -> None:
-    """Refuse minibatches that cannot hold whole env rows; warn when a rollout cannot hold a whole episode."""
+    """Refuse minibatches that cannot hold whole env rows and seed groups that are not whole sub-envs; warn when
+    a rollout cannot hold a whole episode."""
     if config.num_minibatches > driver.num_envs:
         raise ValueError(f"num_minibatches={config.num_minibatches} exceeds num_envs={driver.num_envs}: "
                          "a minibatch holds whole env sequences")
+    if driver.num_envs % config.seed_group_size:
+        raise ValueError(f"seed_group_size={config.seed_group_size} does not divide num_envs={driver.num_envs}: "
+                         "each seed group is a whole number of sub-envs")
     length = episode_length(envs)
     if length is not None and config.rollout_steps < length:
         warnings.warn(f"rollout_steps={config.rollout_steps} < the env's episode length {length}: every rollout "
@@ -134,6 +138,8 @@ class Trainer:
         rewards = self.reward_scaler.scale_rewards(rollout.rewards)
         lam = self.imitation.gae_lambda(self.update_index)  # extension: imitation fits lambda-1 returns
         advantages = compute_gae(rollout, rewards, self.config.gamma, lam)
+        if not imitating:  # imitation fits the critic to returns only; the baseline is for the policy gradient
+            advantages = subtract_group_baseline(advantages, rollout, self.config.seed_group_size)
 
         # 3. update
         lr = self.learning_rate()
@@ -161,7 +167,8 @@ class Trainer:
         """This update's rollout (the teacher acts if one is given), every rank's statistics of it, and the
         seconds it took the slowest rank."""
         start = time.perf_counter()
-        seed = rank_reset_seed(self.seed, self.update_index, self.ranks.rank, self.driver.num_envs)
+        seed = grouped_reset_seeds(rank_reset_seed(self.seed, self.update_index, self.ranks.rank, self.driver.num_envs),
+                                   self.driver.num_envs, self.config.seed_group_size)
         rollout, local_stats = self.collector.collect(seed, self.sample_generator, teacher)
         parts = self.ranks.gather_objects((local_stats, time.perf_counter() - start))
         return rollout, merge_rollout_stats([p[0] for p in parts]), max(p[1] for p in parts)
