@@ -7,7 +7,7 @@ import pytest
 import torch
 from agent_fixtures import one_torch_thread  # noqa: F401  (autouse: one torch thread per test)
 
-from esper_agent.buffer import Rollout, RolloutStorage, compute_gae
+from esper_agent.buffer import Advantages, Rollout, RolloutStorage, compute_gae, first_episode, subtract_group_baseline
 from esper_agent.policy import ActOutput, LSTMState
 from esper_env import spaces
 
@@ -91,3 +91,39 @@ def test_storage_rows_are_contiguous_and_padded() -> None:
     assert rollout.resets_inside.tolist() == [False, True, False]  # decides the one-call LSTM replay
     with pytest.raises(RuntimeError, match="full"):
         storage.add(np.array([True, False, False]), torch.zeros(3, 2), out, flags)
+
+
+def grouped_rollout(advantage_rows: list[list[float]], starts: list[list[bool]] | None = None,
+                    valid: list[list[bool]] | None = None) -> tuple[Rollout, Advantages]:
+    adv = torch.tensor(advantage_rows)
+    n, t = adv.shape
+    rollout, _ = random_rollout(0, n, t)
+    start = torch.zeros(n, t, dtype=torch.bool) if starts is None else torch.tensor(starts)
+    start[:, 0] = True  # every row starts an episode at the rollout's reset
+    ok = torch.ones(n, t, dtype=torch.bool) if valid is None else torch.tensor(valid)
+    return rollout._replace(episode_start=start, valid=ok), Advantages(adv, torch.full((n, t), 7.0))
+
+
+def test_group_baseline_is_the_mean_of_the_other_rows_at_each_step() -> None:
+    rollout, adv = grouped_rollout([[1, 2, 3], [3, 2, 1], [5, 5, 5], [1, 1, 1]])
+    got = subtract_group_baseline(adv, rollout, 2)
+    assert got.advantages.tolist() == [[-2, 0, 2], [2, 0, -2], [4, 4, 4], [-4, -4, -4]]
+    assert torch.equal(got.returns, adv.returns)  # the critic's targets do not move
+    got3 = subtract_group_baseline(*reversed(grouped_rollout([[3.0], [0.0], [6.0]])), 3)
+    assert got3.advantages.flatten().tolist() == [0.0, -4.5, 4.5]  # leave one out: 3 - (0 + 6) / 2
+
+
+def test_group_baseline_skips_later_episodes_padding_and_lone_rows() -> None:
+    starts = [[True, False, True], [True, False, False]]  # row 0 starts a second episode at step 2
+    valid = [[True, True, True], [True, True, False]]
+    rollout, adv = grouped_rollout([[1, 2, 3], [5, 6, 0]], starts, valid)
+    got = subtract_group_baseline(adv, rollout, 2)
+    assert first_episode(rollout).tolist() == [[True, True, False], [True, True, False]]
+    assert got.advantages.tolist() == [[-4, -4, 3], [4, 4, 0]]  # step 2: another episode, and padding
+
+
+def test_group_of_one_is_plain_gae_and_bad_sizes_are_refused() -> None:
+    rollout, adv = grouped_rollout([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    assert subtract_group_baseline(adv, rollout, 1) is adv
+    with pytest.raises(ValueError, match="seed_group_size=2 must be >= 1 and divide the rollout's 3 rows"):
+        subtract_group_baseline(adv, rollout, 2)

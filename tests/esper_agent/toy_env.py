@@ -88,11 +88,13 @@ class ToyMemoryVectorEnv(VectorEnv):
         return {"action_mask": flat, "op_slot_mask": self.op_slot.copy()}
 
     # --- Gymnasium API --------------------------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
+        super().reset(seed=seed if isinstance(seed, int) else None)
+        if isinstance(seed, int):  # as a Gymnasium vector env: sub-env i gets seed + i, or its own from a list
+            seed = [seed + i for i in range(self.num_envs)]
         if seed is not None:
-            self.rngs = [np.random.default_rng(seed + i) for i in range(self.num_envs)]
+            self.rngs = [np.random.default_rng(s) for s in seed]
         rows = np.ones(self.num_envs, bool)
         if options and "reset_mask" in options:
             rows = options["reset_mask"]
