@@ -181,7 +181,8 @@ def rollout_seed(seed: int, update: int) -> int:
 
 def rank_reset_seed(seed: int, update: int, rank: int, num_envs: int) -> int:
     """The reset seed of one rank's vector env: a vector env seeds sub-env ``i`` with ``seed + i``, so sub-env
-    ``i`` of rank ``r`` gets the seed of sub-env ``r * num_envs + i`` of one process running every sub-env."""
+    ``i`` of rank ``r`` gets the seed of sub-env ``r * num_envs + i`` of one process running every sub-env
+    (with seed groups, :func:`grouped_reset_seeds`, each rank draws its groups from its own range)."""
     return rollout_seed(seed, update) + rank * num_envs
 
 

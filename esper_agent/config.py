@@ -31,10 +31,12 @@ class AgentConfig:
     seed_group_size: int = 1
     """Sub-envs that share one reset seed in each rollout (count, >= 1, dividing num_envs; 1 = every sub-env
     its own seed). With G > 1 the G episodes of a group start from the same host weights, data order and hidden
-    condition and differ only by the actions sampled, and each step's advantage is taken relative to the mean
-    advantage of the group's other episodes at the same step (a leave-one-out baseline, as in RLOO or GRPO): the
-    luck of the seed and the condition, which the critic cannot see at the start, cancels, and what is left is
-    the effect of the actions. The policy never sees the seed; only training groups by it."""
+    condition and differ only by the actions sampled, and each step of those first episodes has its advantage
+    taken relative to the mean advantage of the group's other episodes at the same step (a leave-one-out
+    baseline, as in RLOO or GRPO): the luck of the seed and the condition, which the critic cannot see at the
+    start, cancels, at the price of adding the others' own noise (its variance times 1/(G-1)), and there are
+    num_envs/G distinct seeds per rollout instead of num_envs. The policy never sees the seed; only training
+    groups by it. Demonstrations (imitation_updates) keep one seed per sub-env."""
     bootstrap_truncation: bool = False
     """Bootstrap a truncated episode from V(final observation), as for a time limit cutting an endless task.
     Off by default: an Esper episode is truncated at its fixed, observed horizon (max_epochs), after which the

@@ -17,7 +17,8 @@ def rollout_statistics(rollout: Rollout, advantages: Advantages, ranks: SinglePr
       the spreads the value-collapse check compares;
     - ``advantage/mean`` and ``advantage/std`` (population) of the GAE advantages the update learns from, in
       scaled-reward units, before PPO normalises them per minibatch: a mean far from 0 or a std that shrinks
-      towards 0 says the critic, not the policy, is what the update is fitting.
+      towards 0 says the critic, not the policy, is what the update is fitting (with ``seed_group_size`` > 1
+      they are the group-relative advantages, whose mean is about 0 by construction).
     """
     valid, values, returns = rollout.valid, rollout.values, advantages.returns
     series = (returns, returns - values, values, advantages.advantages)

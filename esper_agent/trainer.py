@@ -167,8 +167,9 @@ class Trainer:
         """This update's rollout (the teacher acts if one is given), every rank's statistics of it, and the
         seconds it took the slowest rank."""
         start = time.perf_counter()
+        group = 1 if teacher is not None else self.config.seed_group_size  # the heuristic would play each seed alike
         seed = grouped_reset_seeds(rank_reset_seed(self.seed, self.update_index, self.ranks.rank, self.driver.num_envs),
-                                   self.driver.num_envs, self.config.seed_group_size)
+                                   self.driver.num_envs, group)
         rollout, local_stats = self.collector.collect(seed, self.sample_generator, teacher)
         parts = self.ranks.gather_objects((local_stats, time.perf_counter() - start))
         return rollout, merge_rollout_stats([p[0] for p in parts]), max(p[1] for p in parts)

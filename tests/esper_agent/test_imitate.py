@@ -183,3 +183,14 @@ def test_the_reference_weight_falls_to_zero_over_its_ppo_updates() -> None:
     assert [set(r) for r in rows] == [set(rows[0])] * 5
     with pytest.raises(ValueError, match="reference_kl_updates=4 is out of range; expected 0 while reference_kl"):
         AgentConfig(reference_kl_updates=4)
+
+
+def test_demonstrations_keep_one_seed_per_sub_env_when_ppo_groups_seeds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The heuristic plays a seed the same way every time: a seed group would demonstrate one episode twice."""
+    t = trainer(1, seed_group_size=2)
+    seeds = []
+    collect = t.collector.collect
+    monkeypatch.setattr(t.collector, "collect", lambda seed, *rest: seeds.append(seed) or collect(seed, *rest))
+    t.update()  # imitation
+    t.update()  # PPO
+    assert isinstance(seeds[0], int) and seeds[1] == [seeds[1][0]] * 2

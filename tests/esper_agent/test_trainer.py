@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 import toy_env
@@ -64,3 +66,15 @@ def test_seed_groups_must_divide_the_sub_envs() -> None:
     with pytest.raises(ValueError, match="seed_group_size=4 must be >= 1 and divide num_envs=6"):
         grouped_reset_seeds(0, 6, 4)
     assert grouped_reset_seeds(10, 6, 1) == 10  # off: the vector env seeds sub-env i with 10 + i
+
+
+def test_an_esper_seed_group_starts_alike(tiny: dict) -> None:
+    """After one WAIT step (the reset observation is the same for every seed), the sub-envs of a group match
+    and the groups differ: host weights and data order come from the reset seed."""
+    envs = gym.make_vec("Esper-Synthetic-v0", num_envs=4, **tiny)
+    envs.reset(seed=grouped_reset_seeds(11, 4, 2))
+    obs = envs.step(np.zeros((4, 5), np.int64))[0]
+    envs.close()
+    np.testing.assert_array_equal(obs[0], obs[1])
+    np.testing.assert_array_equal(obs[2], obs[3])
+    assert not np.array_equal(obs[0], obs[2])
