@@ -10,7 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.studies import collapse, grouped, growth_screen, heuristic_budget, host_alone, imitation_probe
+from benchmarks.studies import (
+    collapse,
+    grouped,
+    growth_screen,
+    heuristic_budget,
+    host_alone,
+    imitation_probe,
+    seed_groups,
+)
 from esper_agent.distributions import ActionMasks
 from esper_env.config import EnvConfig
 from esper_env.host import build_host
@@ -214,3 +222,24 @@ def test_collapse_study_records_curves_and_rollbacks(tmp_path: Path) -> None:
     assert [len(c) for c in result["val_curves"]] == ends
     assert result["rolled_back"] == sum(at is not None for at in result["rollback_epoch"])
     assert result["device"] and "git_commit" in result
+
+
+def test_seed_groups_report_pairs_by_reset_seed(tmp_path):
+    """Evaluation episodes are matched to the screen's rows by reset seed (seed + sub-env), whatever their order."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.csv").write_text("update,episode/return_mean\n" + "".join(
+        f"{u},{0.5 if u <= 10 else 0.6}\n" for u in range(1, 31)))
+    returns = {100: 0.50, 101: 0.60, 102: 0.40}  # the agent's, by reset seed
+    episodes = [{"env": s - 100, "episode_return": r, "test_accuracy": 0.7} for s, r in returns.items()]
+    (tmp_path / "run.argmax.json").write_text(json.dumps({"seed": 100, "episodes": episodes[::-1]}))
+    fixed = [{"arm": "plan", "seed": s, "return": r - 0.01 * (s - 99), "test_accuracy": 0.6}
+             for s, r in returns.items()]
+    (tmp_path / "fixed-arms.jsonl").write_text("".join(json.dumps(row) + "\n" for row in fixed))
+    text = seed_groups.report(tmp_path)
+    assert "| run | 50.00 ± 0.00 | 60.00 ± 0.00 |  |" in text
+    assert "| run (argmax) | 3 | 50.00 | 70.00 | +2.00 ± 2.48 |" in text  # 1, 2, 3 points above the plan
+    duplicated = {"seed": 100, "episodes": episodes + episodes[:1]}
+    (tmp_path / "run.argmax.json").write_text(json.dumps(duplicated))
+    with pytest.raises(ValueError, match="more than one episode"):
+        seed_groups.report(tmp_path)
