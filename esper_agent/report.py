@@ -21,7 +21,7 @@ import numpy as np
 
 from esper_agent.collect import EpisodeRecord
 from esper_env.blueprints import catalogue
-from esper_env.lifecycle import COOLDOWN, LIVE, Stage
+from esper_env.lifecycle import COOLDOWN, LIVE, SEEDED, Stage
 from esper_env.render import EpisodeRecord as Timeline
 from esper_env.render import episode_events
 from esper_env.spaces import Op
@@ -93,12 +93,13 @@ def _blueprint_name(timeline: Timeline, index: int) -> str:
 
 
 def seed_events(timeline: Timeline) -> list[SeedEvent]:
-    """Each seed's planting and fate in one episode. A planted or fossilized seed is named by the blueprint the
-    step reports; a removed one by the step before, since a removed slot reports no blueprint."""
+    """Each seed's planting and fate in one episode. A seed is named by the blueprint its step reports, or by
+    the step before where the slot no longer holds it (removed, or joined to a family host), since an empty
+    slot reports no blueprint."""
     events = []
     for event in episode_events(timeline):
         kind = _FROM_RENDER[event.kind]
-        step = event.step if kind in ("planted", "fossilized") else event.step - 1
+        step = event.step if timeline.stage[event.step][event.slot] in SEEDED else event.step - 1
         index = timeline.blueprint[step][event.slot] if step >= 0 else -1
         events.append(SeedEvent(event.step, event.slot, _blueprint_name(timeline, index), kind))
     return sorted(events + _rollback_events(timeline))

@@ -133,8 +133,9 @@ class Event(NamedTuple):
 
 
 def episode_events(record: EpisodeRecord) -> list[Event]:
-    """Lifecycle events read off consecutive stages (the info names the op, not its slot). Seeds removed by a
-    rollback are not prune events: the rollback is marked on its own."""
+    """Lifecycle events read off consecutive stages (the info names the op, not its slot). A live seed whose
+    slot is dormant one step later joined the host (a family host's FOSSILIZE): a fossilize event. Seeds removed
+    by a rollback are not prune events: the rollback is marked on its own."""
     events, previous = [], [int(Stage.DORMANT)] * record.num_slots
     for step, stages in enumerate(record.stage):
         for slot, stage in enumerate(stages):
@@ -145,6 +146,9 @@ def episode_events(record: EpisodeRecord) -> list[Event]:
                 events.append(Event(step, slot, "germinate", record.blueprint_name(bp)))
             elif stage == Stage.FOSSILIZED and before != Stage.FOSSILIZED:
                 events.append(Event(step, slot, "fossilize", _fate_label(record, step, slot)))
+            elif before in LIVE and stage == Stage.DORMANT and not record.rollback[step]:
+                # a family host's seed joins the host as it fossilizes: its slot is free again in the same step
+                events.append(Event(step, slot, "fossilize", _fate_label(record, step - 1, slot)))
             elif before in LIVE and stage in COOLDOWN and not record.rollback[step]:
                 events.append(Event(step, slot, "prune", _fate_label(record, step - 1, slot)))
         previous = list(stages)

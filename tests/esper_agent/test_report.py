@@ -233,3 +233,17 @@ def test_a_family_episode_names_its_blueprints_in_the_familys_catalogue(tmp_path
     assert Timeline.from_json(old).blueprint_name(0) == BLUEPRINT_NAMES[0]
     with pytest.raises(ValueError, match="host='tiny'"):
         Timeline.start(2, host="tiny")
+
+
+def test_a_seed_that_joins_the_host_counts_as_fossilized() -> None:
+    """A family host's FOSSILIZE joins the seed to the host and frees its slot in the same step (HOLDING ->
+    DORMANT): the report counts it fossilized, named by the step before, and the slot can grow again."""
+    joined = timeline([
+        (Op.GERMINATE, (G, D), ("conv_small", None), {}),
+        (Op.WAIT, (H, D), ("conv_small", None), {}),
+        (Op.FOSSILIZE, (D, D), (None, None), {}),
+        (Op.GERMINATE, (G, D), ("attention", None), {}),
+        (Op.WAIT, (D, D), (None, None), {"rollback": True}),  # the governor removes it: not a join
+    ])
+    assert [(e.step, e.blueprint, e.kind) for e in seed_events(joined)] == [
+        (0, "conv_small", "planted"), (2, "conv_small", "fossilized"), (3, "attention", "planted")]

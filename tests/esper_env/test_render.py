@@ -119,6 +119,18 @@ def test_events_are_read_off_the_stages_with_blueprint_names():
     ]
 
 
+def test_a_seed_joining_a_family_host_is_a_fossilize_event():
+    """HOLDING -> DORMANT in one step without a rollback: the seed joined the host (a family host's FOSSILIZE)."""
+    record = EpisodeRecord.start(3, max_epochs=10)
+    rows = [([T, D, D], [3, -1, -1], {"executed_op": Op.GERMINATE}),
+            ([H, D, D], [3, -1, -1], {"contribution": np.array([1.5, np.nan, np.nan])}),
+            ([D, D, D], [-1, -1, -1], {"executed_op": Op.FOSSILIZE})]
+    for epoch, (stages, blueprints, extra) in enumerate(rows, start=1):
+        record.add(_info(epoch, stages, blueprints, **extra))
+    events = [(e.step, e.slot, e.kind, e.label) for e in episode_events(record)]
+    assert events == [(0, 0, "germinate", "conv_small"), (2, 0, "fossilize", "conv_small +1.5pp")]
+
+
 def test_frame_size_is_fixed_from_the_first_step_and_declared():
     record, full = EpisodeRecord.start(3, max_epochs=10), _hand_record()
     shapes = {draw_episode(record).shape}
