@@ -9,6 +9,9 @@ folder (``benchmarks/results/synthetic_family/seed_groups/``):
   checkpoint, one episode per sub-env, so sub-env ``i`` played reset seed ``seed + i``;
 - ``fixed-arms.jsonl``: ``python -m benchmarks.screen`` rows of fixed plans on the same reset seeds.
 
+(``<run>.<mode>.report.md`` and ``.episodes.json`` beside them are the evaluations' own reports and timelines:
+what each policy grew, read in the notebook, not here.)
+
 Every difference is paired by reset seed, Student-t 95%, in points of return (or of test accuracy).
 
     python -m benchmarks.studies.seed_groups benchmarks/results/synthetic_family/seed_groups
@@ -84,14 +87,28 @@ def report(folder: Path) -> str:
         test, _ = mean_ci95([100 * r["test_accuracy"] for r in rows.values()])
         margins = [fmt(*paired(rows, arms[r], "return")[:2]) if name != r else "" for r in references]
         lines.append(f"| {name} | {len(rows)} | {ret:.2f} | {test:.2f} | " + " | ".join(margins) + " |")
+    better = better_modes(played, [run.name for run in runs])
     pairs = [(a, b) for a in played for b in played if a < b and a.split(" ")[1] == b.split(" ")[1]]
+    pairs += [(better[a], better[b]) for a in better for b in better if a < b]
     if pairs:
-        lines += ["", "## Between runs, same evaluation mode (points, paired by reset seed)", "",
+        lines += ["", "## Between runs (points, paired by reset seed)", "",
+                  "Same evaluation mode, then each run's better mode by mean return (the head-to-head's selection "
+                  "rule, `benchmarks.sweep_select`, scores a configuration that way).", "",
                   "| a − b | return | test % |", "|---|---:|---:|"]
         for a, b in pairs:
             lines.append(f"| {a} − {b} | {fmt(*paired(played[a], played[b], 'return')[:2])} | "
                          f"{fmt(*paired(played[a], played[b], 'test_accuracy')[:2])} |")
     return "\n".join(lines) + "\n"
+
+
+def better_modes(played: dict[str, Rows], runs: list[str]) -> dict[str, str]:
+    """Each run's evaluation (``"<run> (argmax)"`` or ``"<run> (sampled)"``) with the higher mean return."""
+    out = {}
+    for run in runs:
+        modes = [name for name in played if name.split(" ")[0] == run]
+        if modes:
+            out[run] = max(modes, key=lambda name: sum(r["return"] for r in played[name].values()) / len(played[name]))
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
