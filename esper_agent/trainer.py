@@ -57,9 +57,7 @@ def check_shapes(envs: gym.vector.VectorEnv, driver: VectorEnvDriver, config: Ag
     if config.num_minibatches > driver.num_envs:
         raise ValueError(f"num_minibatches={config.num_minibatches} exceeds num_envs={driver.num_envs}: "
                          "a minibatch holds whole env sequences")
-    if driver.num_envs % config.seed_group_size:
-        raise ValueError(f"seed_group_size={config.seed_group_size} does not divide num_envs={driver.num_envs}: "
-                         "each seed group is a whole number of sub-envs")
+    grouped_reset_seeds(0, driver.num_envs, config.seed_group_size)  # refuses groups that do not divide num_envs
     length = episode_length(envs)
     if length is not None and config.rollout_steps < length:
         warnings.warn(f"rollout_steps={config.rollout_steps} < the env's episode length {length}: every rollout "

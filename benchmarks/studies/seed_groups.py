@@ -87,18 +87,26 @@ def report(folder: Path) -> str:
         test, _ = mean_ci95([100 * r["test_accuracy"] for r in rows.values()])
         margins = [fmt(*paired(rows, arms[r], "return")[:2]) if name != r else "" for r in references]
         lines.append(f"| {name} | {len(rows)} | {ret:.2f} | {test:.2f} | " + " | ".join(margins) + " |")
-    better = better_modes(played, [run.name for run in runs])
+    return "\n".join(lines + between_runs(played, [run.name for run in runs])) + "\n"
+
+
+def between_runs(played: dict[str, Rows], runs: list[str]) -> list[str]:
+    """Paired differences between runs: same evaluation mode, then each run's better mode (pairs not already
+    listed)."""
     pairs = [(a, b) for a in played for b in played if a < b and a.split(" ")[1] == b.split(" ")[1]]
-    pairs += [(better[a], better[b]) for a in better for b in better if a < b]
-    if pairs:
-        lines += ["", "## Between runs (points, paired by reset seed)", "",
-                  "Same evaluation mode, then each run's better mode by mean return (the head-to-head's selection "
-                  "rule, `benchmarks.sweep_select`, scores a configuration that way).", "",
-                  "| a − b | return | test % |", "|---|---:|---:|"]
-        for a, b in pairs:
-            lines.append(f"| {a} − {b} | {fmt(*paired(played[a], played[b], 'return')[:2])} | "
-                         f"{fmt(*paired(played[a], played[b], 'test_accuracy')[:2])} |")
-    return "\n".join(lines) + "\n"
+    better = better_modes(played, runs)
+    pairs += [(better[a], better[b]) for a in better for b in better
+              if a < b and (better[a], better[b]) not in pairs]
+    if not pairs:
+        return []
+    lines = ["", "## Between runs (points, paired by reset seed)", "",
+             "Same evaluation mode, then each run's better mode by mean return (the head-to-head's selection "
+             "rule, `benchmarks.sweep_select`, scores a configuration that way).", "",
+             "| a − b | return | test % |", "|---|---:|---:|"]
+    for a, b in pairs:
+        lines.append(f"| {a} − {b} | {fmt(*paired(played[a], played[b], 'return')[:2])} | "
+                     f"{fmt(*paired(played[a], played[b], 'test_accuracy')[:2])} |")
+    return lines
 
 
 def better_modes(played: dict[str, Rows], runs: list[str]) -> dict[str, str]:

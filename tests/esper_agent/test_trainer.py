@@ -61,7 +61,7 @@ def test_seed_groups_share_a_reset_seed_and_a_baseline() -> None:
 
 
 def test_seed_groups_must_divide_the_sub_envs() -> None:
-    with pytest.raises(ValueError, match="seed_group_size=4 does not divide num_envs=6"):
+    with pytest.raises(ValueError, match="seed_group_size=4 must be >= 1 and divide num_envs=6"):
         toy_env.make_toy_trainer(seed_group_size=4)
     with pytest.raises(ValueError, match="seed_group_size=4 must be >= 1 and divide num_envs=6"):
         grouped_reset_seeds(0, 6, 4)
