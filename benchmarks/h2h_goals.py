@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import h2h_arms
 from esper_agent.evaluate import mean_ci95
 
 FIXED_KINDS = ("plan", "static")  # what "a single fixed plan" may be: a growth plan, or never growing
@@ -72,9 +73,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def roles_from(args: argparse.Namespace) -> Roles:
-    """The :class:`Roles` that :func:`add_arguments`'s flags name."""
-    return Roles(learner=args.goal_learner, maskable=tuple(args.goal_maskable), heuristic=args.goal_heuristic,
-                 oracle=args.goal_oracle, fixed=tuple(args.goal_fixed))
+    """The :class:`Roles` that :func:`add_arguments`'s flags name, each spelled as ``--arms`` takes it
+    (``plan:grow-x2@0``) or as the table's row (``plan_grow-x2_at0``)."""
+    row = h2h_arms.folder_name
+    return Roles(learner=row(args.goal_learner), maskable=tuple(map(row, args.goal_maskable)),
+                 heuristic=row(args.goal_heuristic), oracle=row(args.goal_oracle),
+                 fixed=tuple(map(row, args.goal_fixed)))
 
 
 # --- Pairing by reset seed --------------------------------------------------------------------------------------

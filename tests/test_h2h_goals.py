@@ -3,6 +3,7 @@ the best, each goal holding and failing, arms that did not run, Fieller's interv
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 
@@ -178,6 +179,15 @@ def test_the_report_writes_the_goals_for_the_roles_it_is_given(tmp_path):
     assert "| esper_agent-scratch − | arm | return | test accuracy | training FLOPs | learner seeds paired |" in table
     assert (f"| {h2h_goals.GOALS['maskable']} | return +4.10 pp | return ± 0.41 pp | yes |") in table
     assert table.index("## Goals") < table.index("## Cost, horizon")
+
+
+def test_goal_flags_take_arms_as_the_campaign_spells_them_or_as_the_table_names_them():
+    parser = argparse.ArgumentParser()
+    h2h_goals.add_arguments(parser)
+    spelled = h2h_goals.roles_from(parser.parse_args(["--goal-fixed", "plan:grow-x2@0", "static:small"]))
+    named = h2h_goals.roles_from(parser.parse_args(["--goal-fixed", "plan_grow-x2_at0", "static_small"]))
+    assert spelled.fixed == named.fixed == ("plan_grow-x2_at0", "static_small")
+    assert spelled.learner == "esper_agent"
 
 
 def test_only_the_learners_counted_episodes_pair_against_every_episode_of_the_other_arm():
