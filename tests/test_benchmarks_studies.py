@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 import torch
 
+from benchmarks import compare_report
 from benchmarks.studies import (
     collapse,
     grouped,
     growth_screen,
+    h2h_pilot,
     heuristic_budget,
     host_alone,
     imitation_probe,
@@ -243,3 +245,41 @@ def test_seed_groups_report_pairs_by_reset_seed(tmp_path):
     (tmp_path / "run.argmax.json").write_text(json.dumps(duplicated))
     with pytest.raises(ValueError, match="more than one episode"):
         seed_groups.report(tmp_path)
+
+
+def test_h2h_pilot_pairs_learners_by_reset_seed_and_picks_each_configurations_better_mode(tmp_path):
+    """Two learner configurations, each evaluated by argmax and by sampling, and the static seedling, on the same
+    reset seeds (two per learner seed, in a different order for the static arm): the differences are per learner
+    seed means of per-episode differences, and the better mode is chosen per configuration by mean return."""
+    folder = tmp_path / "Esper-Synthetic-v0"
+
+    def episode(env_seed: int, ret: float, condition: str, ops: list) -> dict:
+        return {"env_seed": env_seed, "return": ret, "val_accuracy": 0.5, "test_accuracy": ret + 0.1,
+                "seed_params": 0.0, "rollback": False, "length": 4, "invalid_rate": 0.0, "condition": condition,
+                "ops": ops, "params": 1e4, "train_flops": 1e12}
+
+    deepen = [[0, "germinate", 1, "deepen"], [2, "fossilize", 1, None]]
+    static_return = {1000: 0.40, 1001: 0.50, 2000: 0.30, 2001: 0.60}
+    condition = {1000: "full", 1001: "pool5k", 2000: "full", 2001: "pool5k"}
+
+    def slices(arm: str, plus: dict[int, float], sampled_plus: float | None, ops: list) -> None:
+        (folder / arm).mkdir(parents=True)
+        for seed, resets in ((0, [1000, 1001]), (1, [2000, 2001])):
+            order = resets[::-1] if arm == "static" else resets
+            s = {"arm": arm, "seed": seed, "budget_host_epochs": 0 if arm == "static" else 96, "train_seconds": 0.0,
+                 "eval_seconds": 1.0, "device": "cpu", "curve": [],
+                 "episodes": [episode(r, static_return[r] + plus[r], condition[r], ops) for r in order]}
+            if sampled_plus is not None:
+                s["sampled_episodes"] = [episode(r, static_return[r] + sampled_plus, condition[r], []) for r in order]
+            (folder / arm / f"seed{seed}.json").write_text(json.dumps(s))
+
+    slices("static", dict.fromkeys(static_return, 0.0), None, [])
+    slices("esper_agent", {1000: 0.02, 1001: 0.04, 2000: 0.00, 2001: 0.00}, 0.05, [])  # argmax +3, +0; sampled +5
+    slices("esper_agent-b", {1000: 0.06, 1001: 0.06, 2000: 0.04, 2001: 0.02}, 0.01, deepen)  # +6, +3; sampled +1
+    compare_report.main([str(folder)])
+    text = h2h_pilot.report(folder, plan="static", oracle="static")
+    assert "| esper_agent | 2 | 46.50 | 56.50 | 1e+12 | +1.50 ± 19.06 |" in text  # seeds +3 and +0
+    assert "| esper_agent-b | 2 | 49.50 | 59.50 | 1e+12 | +4.50 ± 19.06 |" in text
+    assert "| esper_agent | esper_agent-b | -3.00 ± 0.00 |" in text  # argmax against argmax: -3 on both seeds
+    assert "| esper_agent (sampled actions) | esper_agent-b | +0.50 ± 19.06 |" in text  # rule: +5-6, +5-3
+    assert "| full | 2 | ? | none | +5.00 ± 0.00 | deepen 1.00 | +5.00 ± 12.71 |" in text
