@@ -15,9 +15,11 @@ training curves. The axes:
 * **resolution**: images reduced to this side length by average pooling and enlarged back, at training and
   scoring alike: less information per image at the same input size and cost.
 
-The env's ``condition`` argument takes a name of :data:`CONDITIONS` or :data:`MIXTURE` (each episode draws
-one of the catalogue uniformly). This module is the catalogue alone, pure Python without torch, so that the
-config can validate names; :mod:`esper_env.episode_data` applies a condition to an episode's tensors.
+The env's ``condition`` argument takes a name of :data:`CONDITIONS`, :data:`MIXTURE` (each episode draws
+one of the catalogue uniformly) or ``"mixture:<name>,<name>,..."`` (each episode draws one of those, uniformly:
+a smaller hidden mixture, e.g. for a dataset too small for the catalogue's pools). This module is the catalogue
+alone, pure Python without torch, so that the config can validate names; :mod:`esper_env.episode_data` applies a
+condition to an episode's tensors.
 """
 
 from __future__ import annotations
@@ -72,9 +74,12 @@ nine before them left the per-condition oracle 1.35 points of return over the be
 MIXTURE = "mixture"
 """The ``condition`` value under which each episode draws one of :data:`CONDITIONS` uniformly."""
 
+MIXTURE_OF = MIXTURE + ":"
+"""The prefix of a ``condition`` value naming the conditions to draw from: ``"mixture:full,classes2"``."""
+
 BY_NAME = {c.name: c for c in CONDITIONS}
 CHOICES = (*BY_NAME, MIXTURE)
-"""Every value the ``condition`` argument accepts."""
+"""The single-word values the ``condition`` argument accepts (besides ``"mixture:<name>,<name>,..."``)."""
 
 
 def condition_named(name: str) -> Condition:
@@ -86,5 +91,20 @@ def condition_named(name: str) -> Condition:
 
 def drawable(name: str) -> tuple[Condition, ...]:
     """The conditions an episode may draw under the ``condition`` argument ``name``: the whole catalogue for
-    :data:`MIXTURE`, else the one named."""
-    return CONDITIONS if name == MIXTURE else (condition_named(name),)
+    :data:`MIXTURE`, the listed ones for ``"mixture:<name>,<name>,..."`` (at least two, each once), else the one
+    named; a ValueError naming the value otherwise."""
+    if name == MIXTURE:
+        return CONDITIONS
+    if not name.startswith(MIXTURE_OF):
+        return (condition_named(name),)
+    names = name.removeprefix(MIXTURE_OF).split(",")
+    if len(names) < 2 or len(set(names)) != len(names):
+        raise ValueError(f"condition={name!r} must list at least two distinct conditions after {MIXTURE_OF!r}, "
+                         f"comma-separated, e.g. 'mixture:full,classes2'")
+    return tuple(condition_named(n) for n in names)
+
+
+def is_mixture(name: str) -> bool:
+    """Whether the ``condition`` argument ``name`` lets each episode draw its condition (it may then differ by
+    reset seed)."""
+    return name == MIXTURE or name.startswith(MIXTURE_OF)

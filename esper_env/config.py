@@ -64,7 +64,8 @@ class EnvConfig:
     """Hidden training condition (``esper_env.conditions``): a catalogue name (``"full"``, ``"pool15k"``,
     ``"pool5k"``, ``"noise40"``, ``"pool15k-noise20"``, ``"classes2"``, ``"classes5"``, ``"res16"``, ``"res8"``,
     ``"pool2k"``, ``"noise60"``, ``"pool5k-noise40"``) fixes it; ``"mixture"`` draws one uniformly per episode
-    from the reset seed. Never in the observation; ``info["condition"]`` names it."""
+    from the reset seed, ``"mixture:full,classes2"`` one of those listed. Never in the observation;
+    ``info["condition"]`` names it."""
 
     # --- host and its training recipe -------------------------------------------------------------------
     host: str = "small"
@@ -291,7 +292,6 @@ _CHOICES = {
     "autoreset_mode": AUTORESET_MODES,
     "execution": EXECUTION_MODES,
     "precision": PRECISIONS,
-    "condition": conditions.CHOICES,
     "host": HOSTS,
     "lr_schedule": LR_SCHEDULES,
 }
@@ -325,6 +325,7 @@ def _validate(cfg: EnvConfig) -> None:
              and all(0 <= b < len(cfg.host_widths) for b in blocks) and list(blocks) == sorted(blocks),
              f"distinct increasing block indices in [0, {len(cfg.host_widths)})")
     _require(cfg, "param_budget", cfg.param_budget is None or cfg.param_budget >= 0, "None or an integer >= 0")
+    _check_condition(cfg)
     _check_budget_mask(cfg)
     _check_sparse_clip(cfg)
     _check_family(cfg)
@@ -336,6 +337,14 @@ def _validate(cfg: EnvConfig) -> None:
         value = getattr(cfg, name)
         _require(cfg, name, value is None or value >= 1, "None or an integer >= 1")
     _require(cfg, "devices", cfg.devices is None or len(cfg.devices) >= 1, "None or a non-empty list of devices")
+
+
+def _check_condition(cfg: EnvConfig) -> None:
+    try:
+        conditions.drawable(cfg.condition)
+    except ValueError:
+        _require(cfg, "condition", False, f"one of {conditions.CHOICES} or 'mixture:<name>,<name>,...' naming "
+                 "at least two of the catalogue")
 
 
 def _check_family(cfg: EnvConfig) -> None:

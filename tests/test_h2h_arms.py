@@ -118,6 +118,14 @@ def test_the_oracle_plays_the_arm_of_a_fixed_condition_and_says_it_knows_it(tmp_
         compare_agents.parse_args(["--arms", "oracle", "--oracle-from", str(tmp_path / "none.json")])
 
 
+def test_a_listed_mixture_is_read_per_reset_seed():
+    kwargs = FAMILY | {"condition": "mixture:full,classes2", "max_epochs": 2}
+    seeds = compare_agents.eval_env_seeds(0, 6, 1000)
+    drawn = h2h_arms.drawn_conditions(ENV, kwargs, seeds)
+    assert set(drawn) == {"full", "classes2"}
+    assert h2h_arms.drawn_conditions(ENV, kwargs, seeds[::-1]) == drawn[::-1]
+
+
 def test_the_oracle_switches_arms_per_episode_on_the_drawn_condition(tmp_path):
     # the mixture draws pools of up to 15k images; conditions come from the reset seed alone
     kwargs = FAMILY | {"condition": "mixture", "max_epochs": 2, "synthetic_train_size": 15_000,

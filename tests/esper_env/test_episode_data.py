@@ -136,10 +136,26 @@ def test_the_mixture_draws_per_reset_seed_reproducibly_and_updates_graph_inputs_
     assert set(drawn.values()) <= {c.name for c in CONDITIONS}
 
 
+def test_a_listed_mixture_draws_only_its_conditions_per_reset_seed() -> None:
+    trainer, again = _trainer(condition="mixture:full,classes2"), _trainer(condition="mixture:full,classes2")
+    drawn = []
+    for seed in range(16):
+        trainer.reset(init_seed=0, data_seed=seed)
+        again.reset(init_seed=0, data_seed=seed)
+        assert again.episode_data.condition == trainer.episode_data.condition
+        drawn.append(trainer.episode_data.condition.name)
+    assert set(drawn) == {"full", "classes2"}
+
+
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"condition": "nope"}, r"condition='nope' is out of range; expected one of \('full', .*'mixture'\)"),
     ({"condition": "mixture"}, "condition='mixture' can draw 'pool15k', which needs a pool of 15000 training "
                                "images; dataset 'synthetic' has 256"),
+    ({"condition": "mixture:full"}, r"condition='mixture:full' is out of range; expected .*'mixture:<name>"),
+    ({"condition": "mixture:full,full"}, "condition='mixture:full,full' is out of range"),
+    ({"condition": "mixture:full,nope"}, "condition='mixture:full,nope' is out of range"),
+    ({"condition": "mixture:full,pool2k"}, "condition='mixture:full,pool2k' can draw 'pool2k', which needs a pool "
+                                           "of 2000 training images; dataset 'synthetic' has 256"),
     ({"condition": "classes5", "synthetic_num_classes": 4}, "condition='classes5' puts 5 classes in play; "
                                                             "dataset 'synthetic' has 4"),
     ({"condition": "res8", "synthetic_image_size": 12}, "condition='res8' reduces images to 8 pixels, which does "
