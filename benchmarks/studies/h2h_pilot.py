@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import h2h_arms, h2h_goals
+from benchmarks.compare_report import load_slices
+from benchmarks.sweep_select import SAMPLED, score_configuration
 
-SAMPLED = " (sampled actions)"
 STATIC = "static"  # the static seedling: always WAIT
 
 
@@ -39,10 +40,15 @@ def configurations(rows: list[dict]) -> list[str]:
     return list(dict.fromkeys(r["arm"].removesuffix(SAMPLED) for r in learner_rows(rows)))
 
 
-def better_mode(rows: list[dict], configuration: str) -> dict:
-    """The sweep's selection rule: of a configuration's argmax and sampled rows, the one of higher mean return."""
-    modes = [r for r in rows if r["arm"] in (configuration, configuration + SAMPLED)]
-    return max(modes, key=lambda r: r["return"])
+def better_modes(folder: Path, rows: list[dict]) -> dict[str, str]:
+    """Each learner configuration's row under the sweep's selection rule (:mod:`benchmarks.sweep_select`): its
+    argmax or its sampled evaluation, whichever has the higher mean return."""
+    slices = load_slices(folder)
+    out = {}
+    for name in configurations(rows):
+        scored_by = score_configuration(name, slices[name])["scored_by"]
+        out[name] = name + (SAMPLED if scored_by == "sampled" else "")
+    return out
 
 
 def _pp(difference: dict[str, Any]) -> str:
@@ -65,7 +71,7 @@ def arm_table(rows: list[dict], plan: str, oracle: str) -> list[str]:
     return lines
 
 
-def configuration_table(rows: list[dict]) -> list[str]:
+def configuration_table(rows: list[dict], better: dict[str, str]) -> list[str]:
     """Each learner configuration against each other, mode by mode and by the selection rule."""
     names = configurations(rows)
     by_arm = {r["arm"]: r for r in rows}
@@ -73,7 +79,7 @@ def configuration_table(rows: list[dict]) -> list[str]:
     for i, ours in enumerate(names):
         for theirs in names[i + 1:]:
             pairs = [(ours + m, theirs + m) for m in ("", SAMPLED)]
-            pairs.append((better_mode(rows, ours)["arm"], better_mode(rows, theirs)["arm"]))
+            pairs.append((better[ours], better[theirs]))
             for a, b in dict.fromkeys(pairs):  # the selection rule's pair may be one of the same-mode pairs
                 lines.append(f"| {a} | {b} | {_pp(h2h_goals.paired(by_arm[a], by_arm[b], 'return'))} | "
                              f"{_pp(h2h_goals.paired(by_arm[a], by_arm[b], 'test_accuracy'))} |")
@@ -93,9 +99,9 @@ def germinations(row: dict, condition: str) -> str:
     return ", ".join(per_episode) or "none"
 
 
-def condition_table(rows: list[dict], oracle_choice: dict[str, str]) -> list[str]:
+def condition_table(rows: list[dict], better: dict[str, str], oracle_choice: dict[str, str]) -> list[str]:
     by_arm = {r["arm"]: r for r in rows}
-    chosen = [better_mode(rows, name) for name in configurations(rows)]
+    chosen = [by_arm[row] for row in better.values()]
     conditions = sorted(by_arm[STATIC]["plans"])
     head = " | ".join(f"{r['arm']}: germinations per episode | − always-WAIT" for r in chosen)
     lines = [f"| condition | episodes | oracle's pick | {head} |", "|---|---:|---|" + "---|---:|" * len(chosen)]
@@ -118,13 +124,14 @@ def oracle_choice(folder: Path, oracle: str) -> dict[str, str]:
 
 def report(folder: Path, plan: str, oracle: str) -> str:
     rows = json.loads((folder / "summary.json").read_text())
+    better = better_modes(folder, rows)
     return "\n".join([
         "## Every row (learner rows paired by reset seed, 95% CI over learner seeds; points)", "",
         *arm_table(rows, plan, oracle), "",
         "## Learner configurations against each other (points, paired as above)", "",
-        *configuration_table(rows), "",
+        *configuration_table(rows, better), "",
         "## Per condition: what each configuration's better mode germinates, and its return − always-WAIT there", "",
-        *condition_table(rows, oracle_choice(folder, oracle)), ""])
+        *condition_table(rows, better, oracle_choice(folder, oracle)), ""])
 
 
 def main(argv: list[str] | None = None) -> None:
