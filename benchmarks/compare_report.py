@@ -13,7 +13,8 @@ evaluation episodes start from the same reset seeds in every arm (host initialis
 removes that shared part of their luck; host training on a GPU is not bit-deterministic, so only part of it.
 "Return" is the env's own return (the
 objective the learning arms maximise, in percentage points); "grown" is the most common set of seeds alive at
-the end of an evaluation episode, slot by slot, with its share of episodes. A second table gives every
+the end of an evaluation episode, slot by slot, with its share of episodes (on the family host, each slot's seeds
+that joined the host, then its live one). A second table gives every
 (arm, seed). An esper_agent arm trained with ``select_best_window`` is scored with the policy its training kept
 (the per-seed table names the update whose rollout that policy collected), and gets a second row, "(last
 policy)", for its last policy on the same episodes; a learning arm run with ``compare_agents --eval-sampled``
@@ -51,6 +52,7 @@ from benchmarks.compare_plots import plot_curves, plot_telemetry
 from esper_agent.evaluate import mean_ci95
 from esper_env.blueprints import catalogue
 from esper_env.lifecycle import Stage
+from esper_env.render import EpisodeRecord, episode_events
 
 ORDER = ("esper_agent", "maskable_flat", "maskable_multidiscrete", "heuristic", "random", "static")
 RIVALS = ("heuristic", "maskable_flat", "maskable_multidiscrete")  # the arms the goal's CI must clear
@@ -209,11 +211,31 @@ def _slot_at_end(blueprint: int, stage: int, host: str) -> str:
     return catalogue(host)[blueprint].name if stage == Stage.FOSSILIZED else "-"
 
 
+def seeds_at_end(timeline: dict) -> str:
+    """One episode's seeds, slot by slot: the seed in the slot at the end (starred while not fossilized); on the
+    family host, where a seed joins the host as it fossilizes and leaves its slot free, the seeds that joined from
+    each slot, in order ('+'), then the one alive at the end."""
+    host = timeline.get("host", "small")  # timelines from before the family host: small
+    at_end = [_slot_at_end(b, st, host) for b, st in zip(timeline["blueprint"][-1], timeline["stage"][-1],
+                                                         strict=True)]
+    if host != "family":
+        return ", ".join(at_end)
+    record = EpisodeRecord.from_json(timeline)
+    joined: list[list[str]] = [[] for _ in at_end]
+    for event in episode_events(record):
+        is_join = event.kind == "fossilize" and record.stage[event.step][event.slot] == Stage.DORMANT
+        if is_join:  # the seed that joined is the one alive in the slot the step before
+            joined[event.slot].append(record.blueprint_name(record.blueprint[event.step - 1][event.slot]))
+    slots = []
+    for names, live in zip(joined, at_end, strict=True):
+        seeds = names + ([live] if live != "-" else [])
+        slots.append("+".join(seeds) if seeds else "-")
+    return ", ".join(slots)
+
+
 def grown(slices: list[dict]) -> str:
-    """The most common end-of-episode set of seeds over all evaluation episodes, with its share."""
-    counts = Counter(", ".join(_slot_at_end(b, st, r.get("host", "small"))  # timelines before the family host: small
-                               for b, st in zip(r["blueprint"][-1], r["stage"][-1], strict=True))
-                     for s in slices for r in s.get("episode_records", []))
+    """The most common :func:`seeds_at_end` over all evaluation episodes, with its share."""
+    counts = Counter(seeds_at_end(r) for s in slices for r in s.get("episode_records", []))
     if not counts:
         return "n/a"
     top, n = counts.most_common(1)[0]
@@ -294,8 +316,8 @@ def markdown(rows: list[dict], env: str, roles: h2h_goals.Roles = h2h_goals.DEFA
     counted = sorted({row["counted_per_seed"] for row in rows})
     lines = [f"Env {env}; devices {devices}; {_span(played)} evaluation episodes per seed, {_span(counted)} of "
              "them counted (no reset seed counted for two seeds of an arm); mean over seeds with a 95% CI; grown "
-             "(the most common seeds at the end of an episode, slot by slot, * = not fossilized, with its share of "
-             "episodes) and rollbacks count every episode.", "",
+             "(the most common seeds at the end of an episode, slot by slot, * = not fossilized, '+' = joined in "
+             "turn on the family host, with its share of episodes) and rollbacks count every episode.", "",
              "| arm | seeds | test accuracy % | − static, test / val (pp) | − heuristic, paired (pp) | return (pp) | "
              "seed params | gain pp / 1k params | grown | invalid actions % | budget (host epochs) | rollbacks | "
              "wall s / seed |",

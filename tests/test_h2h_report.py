@@ -97,11 +97,30 @@ def test_the_frontier_the_horizon_line_and_slices_without_facts():
     assert not h2h_report.plot_accuracy_flops(rows, Path("unused.png"), "env")
 
 
+def _timeline(stages: list[list[int]], blueprints: list[list[int]], **fields) -> dict:
+    """An evaluation timeline as ``EpisodeRecord.to_json`` writes it, with what reading its events needs."""
+    steps, slots = len(stages), len(stages[0])
+    return {"num_slots": slots, "stage": stages, "blueprint": blueprints, "rollback": [False] * steps,
+            "holding_timeout": [[False] * slots] * steps, "contribution": [[None] * slots] * steps} | fields
+
+
 def test_grown_names_seeds_from_the_catalogue_of_the_episodes_host():
     def timeline(**host: str) -> dict:
-        return {"blueprint": [[0, 1, -1]], "stage": [[Stage.GERMINATED, Stage.FOSSILIZED, Stage.DORMANT]], **host}
+        return _timeline([[Stage.GERMINATED, Stage.FOSSILIZED, Stage.DORMANT]], [[0, 1, -1]], **host)
 
     family = compare_report.grown([{"episode_records": [timeline(host="family")]}])
     assert family == f"{FAMILY_BLUEPRINTS[0].name}*, {FAMILY_BLUEPRINTS[1].name}, - (100%)"
     small = compare_report.grown([{"episode_records": [timeline()]}])  # timelines from before the family host
     assert small == f"{BLUEPRINTS[0].name}*, {BLUEPRINTS[1].name}, - (100%)"
+
+
+def test_grown_on_the_family_host_names_the_seeds_that_joined_from_each_slot():
+    d, g, h = Stage.DORMANT, Stage.GERMINATED, Stage.HOLDING
+    # slots 0 and 1 join at step 3 (blueprints 1 and 2), slot 0 germinates blueprint 0 at step 4; slot 2: nothing
+    stages = [[d, d, d], [g, g, d], [h, h, d], [d, d, d], [g, d, d]]
+    blueprints = [[-1, -1, -1], [1, 2, -1], [1, 2, -1], [-1, -1, -1], [0, -1, -1]]
+    timeline = _timeline(stages, blueprints, host="family")
+    names = [b.name for b in FAMILY_BLUEPRINTS]
+    assert compare_report.seeds_at_end(timeline) == f"{names[1]}+{names[0]}*, {names[2]}, -"
+    rolled_back = timeline | {"rollback": [False, False, False, True, False]}  # step 3's empty slots: a rollback
+    assert compare_report.seeds_at_end(rolled_back) == f"{names[0]}*, -, -"
