@@ -74,6 +74,16 @@ class AgentConfig:
     steps where the head matters (a rarely used head's entropy is not diluted by steps where it has no say), so a
     head used on one step in twelve gets as much bonus as the op head. With it on, PPO kept what imitation taught
     (docs/experiments/2026-11-27-entropy-all-steps.md)."""
+    entropy_floor: float = 0.0
+    """Each head's normalised entropy over the steps where it had a choice (``entropy/<head>`` in the telemetry)
+    is held at or above this floor (0..1; 0 = off): while a head is below it, the loss gains
+    ``entropy_floor_coef`` times that head's entropy deficit. Unlike a larger ``ent_coef``, it leaves a head
+    that still explores alone and only stops a collapse: on the CPU stand-in with a hidden mixture
+    (``condition="mixture:full,classes2"``), one seed's op head fell from 0.79 to 0.02 normalised entropy in 13
+    updates and never germinated again, so the returns could no longer show which growth pays where
+    (docs/experiments/2026-11-29-h2h-v2-pilot.md)."""
+    entropy_floor_coef: float = 1.0
+    """Weight of the entropy floor's hinge (per unit of normalised entropy below ``entropy_floor``, per head)."""
     reference_kl_coef: float = 0.0
     """Weight of KL(reference || policy) in the PPO loss (per nat, summed over heads, averaged over valid steps;
     0 = off). The reference is the policy PPO started from, frozen: with imitation_updates, the imitated
@@ -163,12 +173,12 @@ LEGACY_VALUES: dict[str, Any] = {"bootstrap_truncation": True}
 
 
 _UNIT_INTERVAL_OPEN_LOW = ("gamma",)
-_UNIT_INTERVAL = ("gae_lambda", "anomaly_entropy_min")
+_UNIT_INTERVAL = ("gae_lambda", "anomaly_entropy_min", "entropy_floor")
 _POSITIVE_INT = ("seed_group_size", "rollout_steps", "update_epochs", "num_minibatches", "max_nonfinite_steps",
                  "checkpoint_interval", "imitation_epochs")
 _POSITIVE = ("clip_coef", "learning_rate", "adam_eps", "max_grad_norm", "obs_clip", "reward_clip",
              "anomaly_ratio_max", "anomaly_kl_max")
-_NON_NEGATIVE = ("ent_coef", "reference_kl_coef", "vf_coef", "target_kl", "anomaly_ratio_min",
+_NON_NEGATIVE = ("ent_coef", "entropy_floor_coef", "reference_kl_coef", "vf_coef", "target_kl", "anomaly_ratio_min",
                  "anomaly_value_std_ratio", "wait_prior", "prune_prior")
 _NON_NEGATIVE_INT = ("imitation_updates", "select_best_window", "reference_kl_updates")
 

@@ -11,7 +11,8 @@ states are recomputed with the current weights, never stale). Per minibatch:
   recomputed from scratch, so there is no stale prediction to clip against);
 - entropy = sum over heads of the mean normalised entropy over the steps where that head was relevant and
   had >= 2 valid values (the availability-conditioned mean: a head that rarely matters is not diluted), or,
-  with ``entropy_all_steps``, over every valid step (:func:`entropy_bonus` says why);
+  with ``entropy_all_steps``, over every valid step (:func:`entropy_bonus` says why); with ``entropy_floor``,
+  minus ``entropy_floor_coef`` times each head's entropy deficit below that floor (:func:`entropy_floor_bonus`);
 - KL = mean((r - 1) - log r) on the joint ratio (Schulman's k3 estimator);
 - given a :class:`Reference`, plus its weight times the mean over valid steps of KL(reference || policy),
   summed over heads (:func:`~esper_agent.distributions.factored_kl`); the trainer passes the frozen policy PPO
@@ -156,6 +157,19 @@ def entropy_bonus(head_sum: Tensor, head_count: Tensor, step_count: Tensor, cfg:
     return (head_sum / denominator.clamp(min=1)).sum()
 
 
+def entropy_floor_bonus(head_sum: Tensor, head_count: Tensor, global_head_sum: Tensor, floor: float) -> Tensor:
+    """The entropy of the heads below ``floor``, to add to the loss's bonus: its gradient is the hinge
+    ``sum over heads of max(0, floor - entropy)``'s, negated (:attr:`AgentConfig.entropy_floor`).
+
+    Which heads are below is read from every rank's entropy sum (``global_head_sum``, detached) over the global
+    counts; each rank then adds its own part of those heads' entropy, so that the ranks' gradients add up to the
+    gradient of one process over the union of their minibatches, as every other term's do. A head without a
+    choice on any step is never below."""
+    counts = head_count.clamp(min=1)
+    below = (head_count > 0) & (global_head_sum / counts < floor)
+    return torch.where(below, head_sum / counts, torch.zeros_like(head_sum)).sum()
+
+
 def minibatch_terms(policy: RecurrentPolicy, batch: TrainBatch, rows: Tensor, cfg: AgentConfig,
                     ranks: SingleProcess = SINGLE, reference: Reference | None = None) -> MinibatchTerms:
     """Losses and statistics for the env rows ``rows`` (a CPU index tensor) of the batch, with the KL term to
@@ -174,7 +188,8 @@ def minibatch_terms(policy: RecurrentPolicy, batch: TrainBatch, rows: Tensor, cf
 
     head_sum, local_head_count = head_entropy_sums(ev, valid)
     squares = torch.where(valid, (adv - adv_mean) ** 2, zero).sum()
-    global_counts = ranks.sum(torch.cat([squares.view(1), local_head_count]))
+    heads = local_head_count.numel()
+    global_counts = ranks.sum(torch.cat([squares.view(1), local_head_count, head_sum.detach()]))
     adv = (adv - adv_mean) / ((global_counts[0] / count).sqrt() + 1e-8)
 
     def mean(x: Tensor) -> Tensor:
@@ -184,9 +199,10 @@ def minibatch_terms(policy: RecurrentPolicy, batch: TrainBatch, rows: Tensor, cf
     ratio = log_ratio.exp()
     pg_loss = mean(torch.max(-adv * ratio, -adv * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)))
     v_loss = 0.5 * mean((ev.value - batch.returns[index]) ** 2)
-    head_count = global_counts[1:]
+    head_count, global_head_sum = global_counts[1:1 + heads], global_counts[1 + heads:]
     entropy = entropy_bonus(head_sum, head_count, count, cfg)
-    loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
+    floor = entropy_floor_bonus(head_sum, head_count, global_head_sum, cfg.entropy_floor)
+    loss = pg_loss - cfg.ent_coef * entropy - cfg.entropy_floor_coef * floor + cfg.vf_coef * v_loss
     ref_kl = torch.zeros((), device=adv.device)
     if reference is not None and reference.weight > 0:
         ref_kl = mean(reference_kl(reference.policy, ev, r, rows))
@@ -310,5 +326,5 @@ def summarize(records: list[Tensor], group_names: list[str], applied: int, skipp
 
 
 __all__ = ["ppo_update", "empty_ppo_stats", "minibatch_terms", "replay_rows", "Reference", "reference_kl",
-           "head_entropy_sums", "entropy_bonus", "reduce_step", "TrainBatch", "NonFiniteGuard", "masked_mean",
-           "SCALAR_STATS", "ADDITIVE_STATS", "LOG_RATIO_BOUND"]
+           "head_entropy_sums", "entropy_bonus", "entropy_floor_bonus", "reduce_step", "TrainBatch", "NonFiniteGuard",
+           "masked_mean", "SCALAR_STATS", "ADDITIVE_STATS", "LOG_RATIO_BOUND"]

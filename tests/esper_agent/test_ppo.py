@@ -22,7 +22,7 @@ from esper_agent.ppo import (
     minibatch_terms,
     ppo_update,
 )
-from esper_env.spaces import HEAD_NAMES, Op
+from esper_env.spaces import HEAD_NAMES, Head, Op
 
 HEALTHY = {"ppo/ratio_max": 1.3, "ppo/ratio_min": 0.8, "ppo/nonfinite_steps": 0.0, "ppo/kl_max": 0.01,
            "value/std": 0.5, "value/returns_std": 1.0} | {f"entropy/{h}": 0.7 for h in HEAD_NAMES}
@@ -233,3 +233,58 @@ def test_advantage_clipped_fraction_counts_the_steps_whose_advantage_the_clip_cu
     expected = above_mean.sum().item() / valid.sum().item()
     assert 0 < expected < 1 and stats["advantage/clipped_fraction"] == pytest.approx(expected)
     assert 0 < run_update(trainer, batch, target_kl=0.0)["advantage/clipped_fraction"] <= 1
+
+
+def test_the_entropy_floor_pushes_only_heads_below_it() -> None:
+    """With a floor above some heads' entropy, the loss gains -coef times those heads' entropy (their hinge's
+    gradient) and nothing for the others; a floor of 0 (the default) leaves the loss as it was."""
+    trainer = toy_env.make_toy_trainer()
+    batch = collected_batch(trainer)
+    index = torch.arange(batch.rollout.valid.shape[0])
+    base = minibatch_terms(trainer.policy, batch, index, trainer.config)
+    heads = len(HEAD_NAMES)
+    head_sum, head_count = base.stats[-2 * heads:-heads], base.stats[-heads:]
+    entropy = head_sum / head_count.clamp(min=1)
+    chosen = (head_count > 0).nonzero().flatten()
+    assert len(chosen) >= 2 and len(set(entropy[chosen].tolist())) >= 2
+    floor = float(entropy[chosen].sort().values[:2].mean())  # between the two lowest entropies: one head below
+    below = (head_count > 0) & (entropy < floor)
+    assert below.sum() == 1
+    for coef in (1.0, 2.5):
+        cfg = AgentConfig(**(trainer.config.to_dict() | {"entropy_floor": floor, "entropy_floor_coef": coef}))
+        floored = minibatch_terms(trainer.policy, batch, index, cfg)
+        expected = base.loss.item() - coef * entropy[below].sum().item()
+        assert floored.loss.item() == pytest.approx(expected, rel=1e-6)
+    high = AgentConfig(**(trainer.config.to_dict() | {"entropy_floor": 1.0}))
+    assert minibatch_terms(trainer.policy, batch, index, high).loss.item() == pytest.approx(
+        base.loss.item() - entropy[head_count > 0].sum().item(), rel=1e-6)
+
+
+def test_updates_on_the_entropy_floor_alone_raise_a_collapsed_heads_entropy() -> None:
+    """With no policy gradient and no entropy bonus, updates raise a collapsed op head's entropy with a floor
+    above it, and hardly move it without one."""
+    trainer = toy_env.make_toy_trainer()
+    batch = collected_batch(trainer)
+    batch = TrainBatch(batch.rollout, torch.zeros_like(batch.advantages), batch.returns)  # no policy gradient
+    index = torch.arange(batch.rollout.valid.shape[0])
+    op, heads = int(Head.OP), len(HEAD_NAMES)
+    with torch.no_grad():  # the op head collapses onto WAIT
+        trainer.policy.heads[op][-1].bias[Op.WAIT] += 8.0
+    start = copy.deepcopy(trainer.policy.state_dict())
+
+    def op_entropy() -> float:
+        stats = minibatch_terms(trainer.policy, batch, index, trainer.config).stats
+        return float(stats[-2 * heads + op] / stats[-heads + op])
+
+    def after_updates(floor: float) -> float:
+        trainer.policy.load_state_dict(start)
+        optimizer = torch.optim.Adam(trainer.policy.parameters(), lr=3e-3)
+        cfg = AgentConfig(**(trainer.config.to_dict() | {"ent_coef": 0.0, "target_kl": 0.0, "entropy_floor": floor}))
+        for _ in range(5):
+            ppo_update(trainer.policy, optimizer, batch, cfg, trainer.minibatch_generator, NonFiniteGuard(3))
+        return op_entropy()
+
+    collapsed = op_entropy()
+    assert collapsed < 0.1
+    assert after_updates(collapsed + 0.2) > collapsed + 0.05
+    assert abs(after_updates(0.0) - collapsed) < 0.01
