@@ -50,9 +50,6 @@ from benchmarks import h2h_goals, h2h_report
 from benchmarks.compare_agents import eval_env_seeds, records_path
 from benchmarks.compare_plots import plot_curves, plot_telemetry
 from esper_agent.evaluate import mean_ci95
-from esper_env.blueprints import catalogue
-from esper_env.lifecycle import Stage
-from esper_env.render import EpisodeRecord, episode_events
 
 ORDER = ("esper_agent", "maskable_flat", "maskable_multidiscrete", "heuristic", "random", "static")
 RIVALS = ("heuristic", "maskable_flat", "maskable_multidiscrete")  # the arms the goal's CI must clear
@@ -203,39 +200,9 @@ def paired_difference(slices: list[dict], reference: list[dict]) -> tuple[float,
     return mean, half, len(diffs)
 
 
-def _slot_at_end(blueprint: int, stage: int, host: str) -> str:
-    """A slot's seed at the end of an episode: its blueprint in the catalogue of the episode's host, starred while
-    not yet fossilized; '-' if none."""
-    if Stage.GERMINATED <= stage <= Stage.HOLDING:
-        return catalogue(host)[blueprint].name + "*"
-    return catalogue(host)[blueprint].name if stage == Stage.FOSSILIZED else "-"
-
-
-def seeds_at_end(timeline: dict) -> str:
-    """One episode's seeds, slot by slot: the seed in the slot at the end (starred while not fossilized); on the
-    family host, where a seed joins the host as it fossilizes and leaves its slot free, the seeds that joined from
-    each slot, in order ('+'), then the one alive at the end."""
-    host = timeline.get("host", "small")  # timelines from before the family host: small
-    at_end = [_slot_at_end(b, st, host) for b, st in zip(timeline["blueprint"][-1], timeline["stage"][-1],
-                                                         strict=True)]
-    if host != "family":
-        return ", ".join(at_end)
-    record = EpisodeRecord.from_json(timeline)
-    joined: list[list[str]] = [[] for _ in at_end]
-    for event in episode_events(record):
-        is_join = event.kind == "fossilize" and record.stage[event.step][event.slot] == Stage.DORMANT
-        if is_join:  # the seed that joined is the one alive in the slot the step before
-            joined[event.slot].append(record.blueprint_name(record.blueprint[event.step - 1][event.slot]))
-    slots = []
-    for names, live in zip(joined, at_end, strict=True):
-        seeds = names + ([live] if live != "-" else [])
-        slots.append("+".join(seeds) if seeds else "-")
-    return ", ".join(slots)
-
-
 def grown(slices: list[dict]) -> str:
-    """The most common :func:`seeds_at_end` over all evaluation episodes, with its share."""
-    counts = Counter(seeds_at_end(r) for s in slices for r in s.get("episode_records", []))
+    """The most common :func:`benchmarks.h2h_report.seeds_at_end` over all evaluation episodes, with its share."""
+    counts = Counter(h2h_report.seeds_at_end(r) for s in slices for r in s.get("episode_records", []))
     if not counts:
         return "n/a"
     top, n = counts.most_common(1)[0]

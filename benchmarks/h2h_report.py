@@ -1,7 +1,8 @@
 """What the head-to-head adds to ``benchmarks.compare_report``: per arm, what it cost (final parameters, training
 FLOPs) beside its return and test accuracy, how each learner read the end of an episode (the horizon), what it
 grows, where and when under each hidden condition, and a figure of test accuracy against training FLOPs with
-every arm's seeds and the static frontier drawn as a line.
+every arm's seeds and the static frontier drawn as a line; and what one episode's slots grew (:func:`seeds_at_end`,
+the report's "grown" column), joins on the family host included.
 
 It reads what ``benchmarks.h2h_arms.EpisodeFacts`` records in each evaluation episode (``condition``, ``ops``,
 ``params``, ``train_flops``); slices written before it recorded them get none of this (:func:`row_fields` adds
@@ -22,6 +23,9 @@ from matplotlib.figure import Figure
 
 from benchmarks import h2h_goals
 from benchmarks.h2h_arms import ORACLE
+from esper_env.blueprints import catalogue
+from esper_env.lifecycle import Stage
+from esper_env.render import EpisodeRecord, episode_events
 from esper_env.spaces import Op
 
 CEILING = "ceiling"  # the oracle's kind: it knows the hidden condition, so it is reported, not a rival
@@ -31,6 +35,36 @@ EPISODE_KEYS = {"return": "return", "test_accuracy": "test_accuracy", "final_par
 HOLDS = {True: "yes", False: "no", None: "not read"}  # a goal's holds, as the table writes it
 ON_FRONTIER = {True: "on or above", False: "below", None: "not read"}
 PAIRED = ("return", "test_accuracy", "train_flops")  # what each row keeps per episode, for pairing by reset seed
+
+
+def _slot_at_end(blueprint: int, stage: int, host: str) -> str:
+    """A slot's seed at the end of an episode: its blueprint in the catalogue of the episode's host, starred while
+    not yet fossilized; '-' if none."""
+    if Stage.GERMINATED <= stage <= Stage.HOLDING:
+        return catalogue(host)[blueprint].name + "*"
+    return catalogue(host)[blueprint].name if stage == Stage.FOSSILIZED else "-"
+
+
+def seeds_at_end(timeline: dict) -> str:
+    """One episode's seeds, slot by slot: the seed in the slot at the end (starred while not fossilized); on the
+    family host, where a seed joins the host as it fossilizes and leaves its slot free, the seeds that joined from
+    each slot, in order ('+'), then the one alive at the end."""
+    host = timeline.get("host", "small")  # timelines from before the family host: small
+    at_end = [_slot_at_end(b, st, host) for b, st in zip(timeline["blueprint"][-1], timeline["stage"][-1],
+                                                         strict=True)]
+    if host != "family":
+        return ", ".join(at_end)
+    record = EpisodeRecord.from_json(timeline)
+    joined: list[list[str]] = [[] for _ in at_end]
+    for event in episode_events(record):
+        is_join = event.kind == "fossilize" and record.stage[event.step][event.slot] == Stage.DORMANT
+        if is_join:  # the seed that joined is the one alive in the slot the step before
+            joined[event.slot].append(record.blueprint_name(record.blueprint[event.step - 1][event.slot]))
+    slots = []
+    for names, live in zip(joined, at_end, strict=True):
+        seeds = names + ([live] if live != "-" else [])
+        slots.append("+".join(seeds) if seeds else "-")
+    return ", ".join(slots)
 
 
 def has_facts(slices: Sequence[dict]) -> bool:

@@ -104,6 +104,19 @@ def drawable(name: str) -> tuple[Condition, ...]:
     return tuple(condition_named(n) for n in names)
 
 
+ACCEPTED = f"one of {CHOICES} or 'mixture:<name>,<name>,...' naming at least two of the catalogue"
+"""What the ``condition`` argument accepts, in words, for error messages."""
+
+
+def is_valid(name: str) -> bool:
+    """Whether ``name`` is a value the ``condition`` argument accepts (:func:`drawable` says why not)."""
+    try:
+        drawable(name)
+    except ValueError:
+        return False
+    return True
+
+
 def is_mixture(name: str) -> bool:
     """Whether the ``condition`` argument ``name`` lets each episode draw its condition (it may then differ by
     reset seed)."""

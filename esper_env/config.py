@@ -325,7 +325,7 @@ def _validate(cfg: EnvConfig) -> None:
              and all(0 <= b < len(cfg.host_widths) for b in blocks) and list(blocks) == sorted(blocks),
              f"distinct increasing block indices in [0, {len(cfg.host_widths)})")
     _require(cfg, "param_budget", cfg.param_budget is None or cfg.param_budget >= 0, "None or an integer >= 0")
-    _check_condition(cfg)
+    _require(cfg, "condition", conditions.is_valid(cfg.condition), conditions.ACCEPTED)
     _check_budget_mask(cfg)
     _check_sparse_clip(cfg)
     _check_family(cfg)
@@ -337,14 +337,6 @@ def _validate(cfg: EnvConfig) -> None:
         value = getattr(cfg, name)
         _require(cfg, name, value is None or value >= 1, "None or an integer >= 1")
     _require(cfg, "devices", cfg.devices is None or len(cfg.devices) >= 1, "None or a non-empty list of devices")
-
-
-def _check_condition(cfg: EnvConfig) -> None:
-    try:
-        conditions.drawable(cfg.condition)
-    except ValueError:
-        _require(cfg, "condition", False, f"one of {conditions.CHOICES} or 'mixture:<name>,<name>,...' naming "
-                 "at least two of the catalogue")
 
 
 def _check_family(cfg: EnvConfig) -> None:

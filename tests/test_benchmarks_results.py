@@ -4,13 +4,14 @@ computes from the slices beside it."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from benchmarks import compare_report
+from benchmarks import compare_report, h2h_goals
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -58,15 +59,25 @@ TABLES = sorted(path.parent for path in RESULTS.glob("**/table.md")
                 if not any(path.parent.glob("*.jsonl")) and not (path.parent / "criteria.json").exists())
 
 
+def committed_roles(folder: Path) -> h2h_goals.Roles:
+    """The goal roles the folder's table was built with (``goals.json``; the defaults without one)."""
+    path = folder / "goals.json"
+    if not path.exists():
+        return h2h_goals.DEFAULT_ROLES
+    roles = json.loads(path.read_text())["roles"]
+    return h2h_goals.Roles(**{k: tuple(v) if isinstance(v, list) else v for k, v in roles.items()})
+
+
 @pytest.mark.parametrize("folder", TABLES, ids=lambda f: str(f.relative_to(RESULTS)))
 def test_each_committed_head_to_head_table_is_what_the_report_computes_from_its_slices(folder):
     # so that a change to compare_report cannot leave a committed table (and the docs quoting it) stale
     arms = compare_report.load_slices(folder)
     rows = compare_report.summarize(compare_report.with_alternate_evaluations(arms))
-    assert compare_report.markdown(rows, folder.name) == (folder / "table.md").read_text(), (
-        f"rebuild it: python -m benchmarks.compare_report {folder.relative_to(ROOT)}")
+    roles = committed_roles(folder)
+    assert compare_report.markdown(rows, folder.name, roles) == (folder / "table.md").read_text(), (
+        f"rebuild it: python -m benchmarks.compare_report {folder.relative_to(ROOT)} with the roles in goals.json")
     for table in folder.glob("table-seeds*.md"):  # a subset's table (--seeds)
         seeds = compare_report.seeds_named(table.stem.removeprefix("table-seeds"))
         rows = compare_report.summarize(compare_report.with_alternate_evaluations(
             compare_report.only_seeds(arms, seeds)))
-        assert compare_report.markdown(rows, folder.name) == table.read_text(), f"rebuild {table.name}"
+        assert compare_report.markdown(rows, folder.name, roles) == table.read_text(), f"rebuild {table.name}"

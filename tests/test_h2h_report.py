@@ -121,6 +121,6 @@ def test_grown_on_the_family_host_names_the_seeds_that_joined_from_each_slot():
     blueprints = [[-1, -1, -1], [1, 2, -1], [1, 2, -1], [-1, -1, -1], [0, -1, -1]]
     timeline = _timeline(stages, blueprints, host="family")
     names = [b.name for b in FAMILY_BLUEPRINTS]
-    assert compare_report.seeds_at_end(timeline) == f"{names[1]}+{names[0]}*, {names[2]}, -"
+    assert h2h_report.seeds_at_end(timeline) == f"{names[1]}+{names[0]}*, {names[2]}, -"
     rolled_back = timeline | {"rollback": [False, False, False, True, False]}  # step 3's empty slots: a rollback
-    assert compare_report.seeds_at_end(rolled_back) == f"{names[0]}*, -, -"
+    assert h2h_report.seeds_at_end(rolled_back) == f"{names[0]}*, -, -"
