@@ -45,7 +45,7 @@ from esper_agent.envs import EnvStep, VectorEnvDriver
 from esper_agent.evaluate import StepCallback, TimelineRecorder, run_episodes
 from esper_agent.heuristic import env_host
 from esper_env.blueprints import catalogue
-from esper_env.conditions import MIXTURE, is_mixture
+from esper_env.conditions import MIXTURE, drawable
 from esper_env.config import EnvConfig
 from esper_env.render import EpisodeRecord as Timeline
 from esper_env.spaces import Head, Op
@@ -225,7 +225,7 @@ def drawn_conditions(env_id: str, env_kwargs: Mapping[str, Any], seeds: Sequence
     what the first step of a WAIT probe on that seed reports in ``info["condition"]`` (the env reports it after a
     step, not at reset)."""
     condition = EnvConfig.from_kwargs(**{**gym.spec(env_id).kwargs, **env_kwargs}).condition
-    if not is_mixture(condition):
+    if len(drawable(condition)) == 1:
         return [condition] * len(seeds)
     drawn: list[str] = []
     for chunk in seed_runs(seeds, EVAL_CHUNK):

@@ -115,9 +115,3 @@ def is_valid(name: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def is_mixture(name: str) -> bool:
-    """Whether the ``condition`` argument ``name`` lets each episode draw its condition (it may then differ by
-    reset seed)."""
-    return name == MIXTURE or name.startswith(MIXTURE_OF)

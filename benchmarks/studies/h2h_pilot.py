@@ -116,10 +116,8 @@ def condition_table(rows: list[dict], better: dict[str, str], oracle_choice: dic
 
 def oracle_choice(folder: Path, oracle: str) -> dict[str, str]:
     """The oracle's pick per condition, as its slices recorded it."""
-    for path in sorted((folder / oracle).glob("seed*.json")):
-        if not path.name.endswith("-records.json"):
-            return json.loads(path.read_text()).get("oracle", {}).get("choice", {})
-    return {}
+    slices = sorted((folder / oracle).glob("seed*.json"))
+    return json.loads(slices[0].read_text()).get("oracle", {}).get("choice", {}) if slices else {}
 
 
 def report(folder: Path, plan: str, oracle: str) -> str:
