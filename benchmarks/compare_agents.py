@@ -25,7 +25,8 @@ A learning arm's training can span runs and survive a lost machine: every learni
 beside its folder's slices after each update (``seed<k>.ckpt`` for esper_agent, ``seed<k>.sb3.zip``,
 ``seed<k>.curve.json`` and, if it normalises, ``seed<k>.vecnorm.pkl`` for MaskablePPO; :func:`saved_state`) and
 keeps it until its slice is written, so a run cut short anywhere, evaluation included, continues from its last
-update when the same command runs again. With ``--time-limit-s``, a slice that has trained that long in this run
+update when the same command runs again; ``--keep-policy`` then keeps the trained policy
+(:func:`retire_saved_state`). With ``--time-limit-s``, a slice that has trained that long in this run
 stops at the next update boundary without a slice. esper_agent continues exactly where it stopped (its envs reset
 from (seed, update) at every rollout: :mod:`esper_agent.trainer`); MaskablePPO continues its network and optimizer
 on fresh envs, with its env and action-sampling streams reseeded from (seed, host epochs so far) (its rollouts are
@@ -96,6 +97,24 @@ def saved_state(arm: str, seed: int, folder: Path) -> list[Path]:
     if arm in LEARNING_ARMS:
         return sb3_train.state_paths(seed, folder)
     return []
+
+
+TRAINED = "-trained"  # seed<k>.ckpt -> seed<k>-trained.ckpt: a finished slice's kept policy (--keep-policy)
+
+
+def retire_saved_state(arm: str, seed: int, folder: Path, keep: bool) -> list[Path]:
+    """After a learning slice is written, delete its training state, or with ``keep`` rename the policy's files
+    (esper_agent's checkpoint; MaskablePPO's model and normaliser statistics) to ``seed<k>-trained.*`` so that
+    the trained policy can be played again (``python -m esper_agent.evaluate --checkpoint``, ``MaskablePPO.load``)
+    and a rerun does not take it for a paused slice. The curve is in the slice, so its file goes either way.
+    Returns the kept files."""
+    kept = []
+    for state in saved_state(arm, seed, folder):
+        if keep and state.exists() and not state.name.endswith(".curve.json"):
+            kept.append(state.replace(state.with_name(state.name.replace(f"seed{seed}", f"seed{seed}{TRAINED}", 1))))
+        else:
+            state.unlink(missing_ok=True)
+    return kept
 
 
 def train_esper_agent(args: argparse.Namespace, seed: int, folder: Path) -> Trained:
@@ -261,6 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sb3-kwargs", type=json.loads, default={}, help="JSON object of the MaskablePPO arms' "
                         f"hyperparameters, keys among {', '.join(sb3_train.SB3_KWARGS)} (benchmarks.sb3_train); "
                         "default: sb3-contrib's, one episode per rollout, no normalisation")
+    parser.add_argument("--keep-policy", action="store_true", help="keep each finished learning slice's trained "
+                        "policy beside it as seed<k>-trained.ckpt (esper_agent) or seed<k>-trained.sb3.zip (and "
+                        ".vecnorm.pkl; MaskablePPO), a few MB each; default: delete the training state")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/compare"))
     parser.add_argument("--label", default="", help="suffix of each arm's results folder (<arm>-<label>), so that "
                         "one arm can be run with several configs side by side")
@@ -315,8 +337,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(paused, flush=True)
                 continue
             write_slice(path, result)
-            for state in saved_state(arm, seed, folder):  # kept until now: a run cut short evaluates again
-                state.unlink(missing_ok=True)
+            retire_saved_state(arm, seed, folder, args.keep_policy)  # kept until now: a cut run evaluates again
             test = [e["test_accuracy"] for e in result["episodes"]]
             print(f"{arm} seed {seed}: test accuracy {np.nanmean(test):.4f}, seed params "
                   f"{np.mean([e['seed_params'] for e in result['episodes']]):.0f}, "

@@ -240,6 +240,32 @@ def test_a_paused_maskable_slice_continues_to_its_budget(tmp_path, capsys):
     assert not (folder / "seed0.sb3.zip").exists() and not (folder / "seed0.curve.json").exists()
 
 
+def test_keep_policy_keeps_a_finished_slices_trained_policy_where_a_rerun_does_not_resume_it(tmp_path, capsys):
+    from esper_agent import evaluate
+
+    torch.set_num_threads(1)
+    common = ["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--seeds", "0", "--eval-episodes", "1",
+              "--num-envs", "2", "--budget-epochs", "12", "--agent-device", "cpu", "--keep-policy",
+              "--agent-kwargs", json.dumps({"hidden_size": 16}), "--out", str(tmp_path)]
+    compare_agents.main([*common, "--arms", "esper_agent", "maskable_flat", "--sb3-kwargs",
+                         json.dumps({"normalize": "both"}), "--label", "n"])
+    agent, maskable = (tmp_path / "Esper-Synthetic-v0" / name for name in ("esper_agent-n", "maskable_flat-n"))
+    def files(folder):  # without the episodes' timeline figures
+        return sorted(p.name for p in folder.glob("seed0*") if p.suffix != ".png")
+
+    assert files(agent) == ["seed0-records.json.gz", "seed0-trained.ckpt", "seed0.json"]
+    assert files(maskable) == ["seed0-records.json.gz", "seed0-trained.sb3.zip", "seed0-trained.vecnorm.pkl",
+                               "seed0.json"]
+    payload = load_checkpoint(agent / "seed0-trained.ckpt")
+    assert payload["counters"]["update"] == 2  # the last update's policy, as the slice evaluated it
+    policy, _ = evaluate.policy_from_checkpoint(payload, "cpu")
+    assert sum(p.numel() for p in policy.parameters()) > 0
+    (agent / "seed0.json").unlink()  # the slice again: trained afresh, not resumed from the kept policy
+    capsys.readouterr()
+    compare_agents.main([*common, "--arms", "esper_agent", "--label", "n"])
+    assert "continues" not in capsys.readouterr().out and files(agent)[1] == "seed0-trained.ckpt"
+
+
 def test_maskable_training_resets_from_a_hashed_seed(tmp_path, monkeypatch):
     from esper_agent.collect import rollout_seed
     from esper_env import sb3
