@@ -17,6 +17,7 @@ from benchmarks.studies import (
     growth_screen,
     h2h_pilot,
     heuristic_budget,
+    hidden_condition,
     host_alone,
     imitation_probe,
     seed_groups,
@@ -283,3 +284,39 @@ def test_h2h_pilot_pairs_learners_by_reset_seed_and_picks_each_configurations_be
     assert "| esper_agent | esper_agent-b | -3.00 ± 0.00 |" in text  # argmax against argmax: -3 on both seeds
     assert "| esper_agent (sampled actions) | esper_agent-b | +0.50 ± 19.06 |" in text  # rule: +5-6, +5-3
     assert "| full | 2 | ? | none | +5.00 ± 0.00 | deepen 1.00 | +5.00 ± 12.71 |" in text
+
+
+def test_the_hidden_condition_toy_hides_the_condition_until_reveal_and_pays_growth_only_where_it_pays():
+    env = hidden_condition.HiddenConditionEnv(num_envs=64, horizon=6, reveal=2)
+    obs, info = env.reset(seed=5)
+    assert set(env.condition.tolist()) == {0, 1} and (obs[:, 1] == -1).all()
+    assert info["op_slot_mask"][:, Op.GERMINATE, 0].all() and not info["op_slot_mask"][:, Op.PRUNE].any()
+    actions = np.zeros((64, len(Head)), np.int64)
+    actions[:, 0] = Op.GERMINATE
+    returns = np.zeros(64)
+    for t in range(6):
+        obs, reward, terminated, truncated, info = env.step(actions)
+        returns += reward
+        assert (obs[:, 1] == -1).all() == (t + 1 < 2) and (truncated == (t == 5)).all() and not terminated.any()
+        assert not info["op_slot_mask"][:, Op.GERMINATE].any()  # once per episode
+    waited = hidden_condition.HiddenConditionEnv(num_envs=64, horizon=6, reveal=2)
+    waited.reset(seed=5)
+    waits = sum(waited.step(np.zeros((64, len(Head)), np.int64))[1] for _ in range(6))
+    gain = returns - waits  # the same episodes (same reset seeds), growing at step 0 against never
+    assert np.allclose(gain[env.condition == 0], 0.08 - 0.01) and np.allclose(gain[env.condition == 1], -0.04)
+    fixed = hidden_condition.fixed_returns({"horizon": 6, "reveal": 2})
+    assert fixed["oracle"] > fixed["grow_at_0"] > fixed["wait"]
+
+
+def test_the_hidden_condition_study_trains_reads_and_tabulates(tmp_path):
+    out = tmp_path / "runs.jsonl"
+    hidden_condition.main(["--updates", "2", "--check-every", "1", "--seeds", "0-1", "--env-kwargs",
+                           json.dumps({"horizon": 4, "reveal": 1}), "--config", "tiny", json.dumps({"hidden_size": 16}),
+                           "--out", str(out)])
+    runs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["seed"] for r in runs] == [0, 1] and [c["update"] for c in runs[0]["checks"]] == [1, 2]
+    assert runs[0]["agent_kwargs"] == {"hidden_size": 16} and 0 <= runs[0]["checks"][-1]["grows_pays"] <= 1
+    table = out.with_suffix(".md").read_text()
+    assert "| tiny | 2 | 8 | 2 |" in table and "oracle" in table
+    hidden_condition.main(["--out", str(out)])  # no --config: the same table again, nothing trained
+    assert out.with_suffix(".md").read_text() == table and len(out.read_text().splitlines()) == 2

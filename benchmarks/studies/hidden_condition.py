@@ -1,0 +1,271 @@
+"""How many PPO updates does esper_agent need to read a hidden condition? A toy with Esper's interface, in seconds.
+
+On the head-to-head's pilot and on a CPU stand-in with a hidden mixture, no esper_agent policy grew by the
+condition within the campaign's 50 updates (docs/experiments/2026-11-29-h2h-v2-pilot.md), and an audit of the
+agent (group baseline, normalisers, GAE, the pairing of observations, actions and masks) found no bug. This toy
+asks only whether, and how fast, the whole agent (``esper_agent.trainer.Trainer``: rollouts, seed groups,
+normalisers, PPO) learns a growth decision that depends on a condition it is not told:
+
+- an episode is ``horizon`` steps of one slot; its reset seed draws the condition, half "pays", half "costs";
+- the reward is the change of an accuracy curve, as on Esper, so the return is the final accuracy minus the
+  start: the accuracy rises from the condition's chance level towards its top (0.1 -> 0.6 on "pays",
+  0.5 -> 0.9 on "costs", like 10 classes against 2), shifted by a luck term drawn from the reset seed;
+- GERMINATE, once, costs ``cost`` at once and moves the final accuracy by ``gain`` (``+0.08`` on "pays",
+  ``-0.03`` on "costs") times the share of the episode left, so growing early pays most where it pays;
+- the observation is ``[step / horizon, accuracy, grown]``; the accuracy reads -1 (Esper's sentinel) until step
+  ``reveal``, so no policy can tell the conditions apart before then;
+- ``grow_window`` (first and last step, inclusive) masks GERMINATE outside it: ``[reveal, reveal]`` turns the
+  choice of when into a single yes-or-no, which separates learning *whether* from learning *when*.
+
+The best policy waits until ``reveal`` and then grows only where it pays. The action space, the masks in
+``info`` and the autoreset are Esper's, so nothing in the agent is special-cased. A run *reads the condition*
+at the first check where its argmax policy grows in at least ``READ`` of the held-out "pays" episodes and at
+most ``1 - READ`` of the "costs" ones (64 episodes on reset seeds no training episode used).
+
+    python -m benchmarks.studies.hidden_condition --updates 300 --seeds 0-4 \\
+        --config b '{"learning_rate": 0.001, "wait_prior": 1.0, "prune_prior": 2.0, "seed_group_size": 4}' \\
+        --out benchmarks/results/hidden_condition/runs.jsonl
+
+Each (configuration, seed) appends one JSON line (its checks); the table is rebuilt from every line in the file
+(without ``--config`` it only rebuilds the table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from benchmarks.common import run_stamp
+from esper_agent.collect import masks_to_device
+from esper_agent.config import AgentConfig
+from esper_agent.envs import VectorEnvDriver
+from esper_agent.trainer import Trainer
+from esper_env import spaces
+from esper_env.spaces import SENTINEL, Op
+
+CHANCE, TOP, GAIN = np.array([0.1, 0.5]), np.array([0.6, 0.9]), np.array([0.08, -0.03])  # index 0 pays, 1 costs
+CONDITIONS = ("pays", "costs")
+READ = 0.9  # the argmax policy grows on >= 90% of "pays" episodes and <= 10% of "costs" ones
+EVAL_SEED, EVAL_EPISODES = 1_000_000, 64
+
+
+class HiddenConditionEnv(VectorEnv):
+    """The toy (module docstring): Esper's action space with one slot, NEXT_STEP autoreset, masks in ``info``."""
+
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
+
+    def __init__(self, num_envs: int = 8, horizon: int = 20, reveal: int = 3, cost: float = 0.01,
+                 luck_std: float = 0.03, grow_window: tuple[int, int] | None = None) -> None:
+        if not 0 <= reveal < horizon:
+            raise ValueError(f"reveal={reveal}: expected a step in [0, horizon={horizon})")
+        self.grow_window = (0, horizon - 1) if grow_window is None else tuple(grow_window)
+        if not 0 <= self.grow_window[0] <= self.grow_window[1] < horizon:
+            raise ValueError(f"grow_window={grow_window}: expected [first, last] steps within [0, {horizon})")
+        self.num_envs, self.max_epochs, self.reveal = num_envs, horizon, reveal
+        self.cost, self.luck_std = cost, luck_std
+        self.pbrs_weight, self.pbrs_gamma = 0.0, None  # no shaping (esper_agent.contracts reads these)
+        self.single_action_space = spaces.action_space(1)
+        self.single_observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.condition, self.luck = np.zeros(num_envs, np.int64), np.zeros(num_envs)
+        self.step_index, self.grown_at = np.zeros(num_envs, np.int64), np.full(num_envs, -1)
+        self.accuracy, self.ended = np.zeros(num_envs), np.zeros(num_envs, bool)
+        self._rngs = [np.random.default_rng(i) for i in range(num_envs)]
+
+    def _start(self, i: int) -> None:
+        self.condition[i] = self._rngs[i].integers(2)
+        self.luck[i] = self._rngs[i].normal(0.0, self.luck_std)
+        self.step_index[i], self.grown_at[i] = 0, -1
+        self.accuracy[i], self.ended[i] = CHANCE[self.condition[i]], False
+
+    def _accuracy_after(self, i: int, t: int) -> float:
+        c = self.condition[i]
+        value = CHANCE[c] + (TOP[c] - CHANCE[c]) * (1 - 0.5 ** (t + 1)) + self.luck[i]
+        if t == self.max_epochs - 1 and self.grown_at[i] >= 0:  # growth shows in the final accuracy
+            value += GAIN[c] * (self.max_epochs - self.grown_at[i]) / self.max_epochs
+        return value
+
+    def _obs(self) -> np.ndarray:
+        shown = np.where(self.step_index >= max(self.reveal, 1), self.accuracy, SENTINEL)
+        return np.stack([self.step_index / self.max_epochs, shown, self.grown_at >= 0], 1).astype(np.float32)
+
+    def _info(self) -> dict[str, Any]:
+        sizes = spaces.head_sizes(1)
+        op_slot = np.zeros((self.num_envs, len(Op), 1), bool)
+        op_slot[:, Op.WAIT, 0] = True
+        first, last = self.grow_window
+        op_slot[:, Op.GERMINATE, 0] = (self.grown_at < 0) & (self.step_index >= first) & (self.step_index <= last)
+        flat = np.zeros((self.num_envs, sum(sizes)), bool)
+        flat[:, : len(Op)] = op_slot[:, :, 0]
+        flat[:, np.cumsum((0, *sizes))[1:-1]] = True  # one choice in every other head
+        return {"action_mask": flat, "op_slot_mask": op_slot}
+
+    def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
+        if seed is not None:
+            seeds = [seed + i for i in range(self.num_envs)] if isinstance(seed, int) else list(seed)
+            self._rngs = [np.random.default_rng(s) for s in seeds]
+        for i in range(self.num_envs):
+            self._start(i)
+        return self._obs(), self._info()
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        actions, reward = np.asarray(actions, np.int64), np.zeros(self.num_envs)
+        restarting = self.ended.copy()
+        for i in range(self.num_envs):
+            if restarting[i]:  # NEXT_STEP autoreset: this step only starts the next episode
+                self._start(i)
+                continue
+            t = self.step_index[i]
+            first, last = self.grow_window
+            if actions[i, 0] == Op.GERMINATE and self.grown_at[i] < 0 and first <= t <= last:  # else a WAIT
+                self.grown_at[i], reward[i] = t, -self.cost
+            after = self._accuracy_after(i, t)
+            reward[i] += after - self.accuracy[i]
+            self.accuracy[i], self.step_index[i] = after, t + 1
+        truncated = ~restarting & (self.step_index >= self.max_epochs)
+        self.ended = truncated.copy()
+        return self._obs(), reward, np.zeros(self.num_envs, bool), truncated, self._info()
+
+
+def greedy_read(trainer: Trainer, env_kwargs: dict[str, Any]) -> dict[str, float]:
+    """The trainer's argmax policy on held-out episodes: per condition, the share that grew and the mean return."""
+    env = HiddenConditionEnv(num_envs=EVAL_EPISODES, **env_kwargs)
+    driver = VectorEnvDriver(env)
+    obs, masks = driver.reset(EVAL_SEED)
+    state, starts = trainer.policy.initial_state(EVAL_EPISODES), torch.ones(EVAL_EPISODES, dtype=torch.bool)
+    grew, total = np.zeros(EVAL_EPISODES, bool), np.zeros(EVAL_EPISODES)
+    for _ in range(env.max_epochs):
+        obs_t = torch.as_tensor(trainer.obs_norm.normalize(obs), device=trainer.device)
+        with torch.no_grad():
+            out = trainer.policy.step(obs_t, masks_to_device(masks, trainer.device), state, starts,
+                                      deterministic=True)
+        actions = out.action.cpu().numpy()
+        grew |= actions[:, 0] == Op.GERMINATE
+        step = driver.step(actions)
+        total += step.reward
+        state, obs, masks = out.state, step.obs, step.masks
+        starts = torch.as_tensor(step.episode_start, device=trainer.device)
+    read = {"return": float(total.mean())}
+    for c, name in enumerate(CONDITIONS):
+        rows = env.condition == c
+        read[f"grows_{name}"], read[f"return_{name}"] = float(grew[rows].mean()), float(total[rows].mean())
+    return read
+
+
+def reads_condition(check: dict[str, float]) -> bool:
+    return check["grows_pays"] >= READ and check["grows_costs"] <= 1 - READ
+
+
+def train_and_check(label: str, overrides: dict[str, Any], seed: int, updates: int, check_every: int,
+                    env_kwargs: dict[str, Any], num_envs: int = 8) -> dict[str, Any]:
+    """Train one configuration from scratch and read its argmax policy every ``check_every`` updates."""
+    env = HiddenConditionEnv(num_envs=num_envs, **env_kwargs)
+    config = AgentConfig(**{"rollout_steps": env.max_epochs, **overrides})
+    trainer, checks = Trainer(env, config, seed=seed, total_updates=updates), []
+    for metrics in trainer.train():
+        update = int(metrics["update"])
+        if update % check_every == 0 or update == updates:
+            checks.append({"update": update, "entropy_op": float(metrics["entropy/op"]),
+                           **greedy_read(trainer, env_kwargs)})
+    first = next((c["update"] for c in checks if reads_condition(c)), None)
+    return {"label": label, "agent_kwargs": overrides, "seed": seed, "updates": updates, "num_envs": num_envs,
+            "env_kwargs": env_kwargs, "first_read": first, "reads_at_end": reads_condition(checks[-1]),
+            "checks": checks, **run_stamp()}
+
+
+def fixed_returns(env_kwargs: dict[str, Any]) -> dict[str, float]:
+    """Mean return on the held-out episodes of always-WAIT, of growing at step 0 whatever the condition, and of the
+    oracle, which grows at ``reveal`` where it pays and never where it costs."""
+    plays = {"wait": lambda t, c: False, "grow_at_0": lambda t, c: t == 0,
+             "oracle": lambda t, c: c == 0 and t == env_kwargs.get("reveal", 3)}
+    out = {}
+    for name, grows in plays.items():
+        env = HiddenConditionEnv(num_envs=EVAL_EPISODES, **env_kwargs)
+        env.reset(seed=EVAL_SEED)
+        total = np.zeros(EVAL_EPISODES)
+        for t in range(env.max_epochs):
+            actions = np.zeros((EVAL_EPISODES, len(spaces.head_sizes(1))), np.int64)
+            actions[:, 0] = [Op.GERMINATE if grows(t, c) else Op.WAIT for c in env.condition]
+            total += env.step(actions)[1]
+        out[name] = float(total.mean())
+    return out
+
+
+HEADER = ("| configuration | seeds | sub-envs | updates | read by the end | first read (median update) | "
+          "final return | final grows on pays / costs | agent kwargs |\n|---|---:|---:|---:|---:|---:|---:|---|---|")
+
+
+def _row(label: str, mine: list[dict[str, Any]]) -> str:
+    firsts = [r["first_read"] for r in mine if r["first_read"] is not None]
+    ends = [r["checks"][-1] for r in mine]
+    first = f"{statistics.median(firsts) if firsts else 'none'} ({len(firsts)} read)"
+    grows = " / ".join(f"{statistics.mean(e[f'grows_{c}'] for e in ends):.2f}" for c in CONDITIONS)
+    cells = [label, len(mine), mine[0]["num_envs"], mine[0]["updates"], sum(r["reads_at_end"] for r in mine), first,
+             f"{100 * statistics.mean(e['return'] for e in ends):.2f}", grows,
+             f"`{json.dumps(mine[0]['agent_kwargs'], sort_keys=True)}`"]
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def report(runs: list[dict[str, Any]]) -> str:
+    """One row per configuration label: how many seeds read the condition, when, and the final argmax return."""
+    env_kwargs = {json.dumps(r["env_kwargs"], sort_keys=True) for r in runs}
+    if len(env_kwargs) != 1:
+        raise ValueError(f"runs of different toys in one table: {sorted(env_kwargs)}")
+    fixed = fixed_returns(runs[0]["env_kwargs"])
+    lines = [f"Toy {next(iter(env_kwargs))}; held-out argmax return (points): always-WAIT "
+             f"{100 * fixed['wait']:.2f}, grow at step 0 {100 * fixed['grow_at_0']:.2f}, oracle "
+             f"{100 * fixed['oracle']:.2f}.", "", HEADER]
+    for label in dict.fromkeys(r["label"] for r in runs):
+        lines.append(_row(label, [r for r in runs if r["label"] == label]))
+    return "\n".join(lines)
+
+
+def parse_seeds(values: list[str]) -> list[int]:
+    seeds = []
+    for value in values:
+        low, _, high = value.partition("-")
+        seeds.extend(range(int(low), int(high or low) + 1))
+    return seeds
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.hidden_condition",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", nargs=2, action="append", default=[], metavar=("LABEL", "AGENT_KWARGS"),
+                        help="a configuration to train: a label and a JSON object of AgentConfig overrides")
+    parser.add_argument("--seeds", nargs="+", default=["0-4"], help="training seeds and ranges, e.g. 0-4")
+    parser.add_argument("--updates", type=int, default=300, help="PPO updates per run")
+    parser.add_argument("--check-every", type=int, default=10, help="updates between reads of the argmax policy")
+    parser.add_argument("--num-envs", type=int, default=8, help="training sub-envs (each update's episodes)")
+    parser.add_argument("--env-kwargs", type=json.loads, default={}, help="JSON kwargs of HiddenConditionEnv")
+    parser.add_argument("--out", type=Path, required=True, help="JSON-lines file the runs are appended to")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    for label, kwargs in args.config:
+        for seed in parse_seeds(args.seeds):
+            run = train_and_check(label, json.loads(kwargs), seed, args.updates, args.check_every, args.env_kwargs,
+                                  args.num_envs)
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            with args.out.open("a") as f:
+                f.write(json.dumps(run) + "\n")
+            print(f"{label} seed {seed}: first read at update {run['first_read']}, reads at the end "
+                  f"{run['reads_at_end']}", flush=True)
+    runs = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]
+    table = report(runs)
+    args.out.with_suffix(".md").write_text(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
