@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -202,14 +203,17 @@ def fixed_returns(env_kwargs: dict[str, Any]) -> dict[str, float]:
     return out
 
 
-HEADER = ("| configuration | seeds | sub-envs | updates | read by the end | first read (median update) | "
-          "final return | final grows on pays / costs | agent kwargs |\n|---|---:|---:|---:|---:|---:|---:|---|---|")
+HEADER = ("| configuration | seeds | sub-envs | updates | read by the end | first read (median update, seeds that "
+          "never read last) | final return | final grows on pays / costs | agent kwargs |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---|---|")
 
 
 def _row(label: str, mine: list[dict[str, Any]]) -> str:
-    firsts = [r["first_read"] for r in mine if r["first_read"] is not None]
+    # A seed that never read the condition counts as reading after every other (the declared read's rule).
+    firsts = [math.inf if r["first_read"] is None else r["first_read"] for r in mine]
+    median, readers = statistics.median(firsts), sum(f < math.inf for f in firsts)
     ends = [r["checks"][-1] for r in mine]
-    first = f"{statistics.median(firsts) if firsts else 'none'} ({len(firsts)} read)"
+    first = f"{'never' if median == math.inf else f'{median:g}'} ({readers} read)"
     grows = " / ".join(f"{statistics.mean(e[f'grows_{c}'] for e in ends):.2f}" for c in CONDITIONS)
     cells = [label, len(mine), mine[0]["num_envs"], mine[0]["updates"], sum(r["reads_at_end"] for r in mine), first,
              f"{100 * statistics.mean(e['return'] for e in ends):.2f}", grows,
