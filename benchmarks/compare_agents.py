@@ -106,8 +106,11 @@ def retire_saved_state(arm: str, seed: int, folder: Path, keep: bool) -> list[Pa
     """After a learning slice is written, delete its training state, or with ``keep`` rename the policy's files
     (esper_agent's checkpoint; MaskablePPO's model and normaliser statistics) to ``seed<k>-trained.*`` so that
     the trained policy can be played again (``python -m esper_agent.evaluate --checkpoint``, ``MaskablePPO.load``)
-    and a rerun does not take it for a paused slice. The curve is in the slice, so its file goes either way.
+    and a rerun does not take it for a paused slice. The curve is in the slice, so its file goes either way. A
+    policy kept by an earlier run of the slice goes first: the files beside a slice are its own policy's or none.
     Returns the kept files."""
+    for stale in folder.glob(f"seed{seed}{TRAINED}.*"):
+        stale.unlink()
     kept = []
     for state in saved_state(arm, seed, folder):
         if keep and state.exists() and not state.name.endswith(".curve.json"):

@@ -240,7 +240,7 @@ def test_a_paused_maskable_slice_continues_to_its_budget(tmp_path, capsys):
     assert not (folder / "seed0.sb3.zip").exists() and not (folder / "seed0.curve.json").exists()
 
 
-def test_keep_policy_keeps_a_finished_slices_trained_policy_where_a_rerun_does_not_resume_it(tmp_path, capsys):
+def test_keep_policy_keeps_a_finished_slices_trained_policy_where_a_rerun_does_not_resume_it(tmp_path):
     from esper_agent import evaluate
 
     torch.set_num_threads(1)
@@ -260,10 +260,14 @@ def test_keep_policy_keeps_a_finished_slices_trained_policy_where_a_rerun_does_n
     assert payload["counters"]["update"] == 2  # the last update's policy, as the slice evaluated it
     policy, _ = evaluate.policy_from_checkpoint(payload, "cpu")
     assert sum(p.numel() for p in policy.parameters()) > 0
-    (agent / "seed0.json").unlink()  # the slice again: trained afresh, not resumed from the kept policy
-    capsys.readouterr()
+    (agent / "seed0.json").unlink()  # the slice again: trained afresh, never loading the kept policy
+    (agent / "seed0-trained.ckpt").write_bytes(b"not a checkpoint")
     compare_agents.main([*common, "--arms", "esper_agent", "--label", "n"])
-    assert "continues" not in capsys.readouterr().out and files(agent)[1] == "seed0-trained.ckpt"
+    assert load_checkpoint(agent / "seed0-trained.ckpt")["counters"]["update"] == 2
+    (maskable / "seed0.json").unlink()  # and without --keep-policy, no earlier run's policy stays beside the slice
+    unkept = [a for a in common if a != "--keep-policy"]
+    compare_agents.main([*unkept, "--arms", "maskable_flat", "--label", "n", "--sb3-kwargs", '{"normalize": "both"}'])
+    assert files(maskable) == ["seed0-records.json.gz", "seed0.json"]
 
 
 def test_maskable_training_resets_from_a_hashed_seed(tmp_path, monkeypatch):

@@ -304,8 +304,30 @@ def test_the_hidden_condition_toy_hides_the_condition_until_reveal_and_pays_grow
     waits = sum(waited.step(np.zeros((64, len(Head)), np.int64))[1] for _ in range(6))
     gain = returns - waits  # the same episodes (same reset seeds), growing at step 0 against never
     assert np.allclose(gain[env.condition == 0], 0.08 - 0.01) and np.allclose(gain[env.condition == 1], -0.04)
+    obs, reward, terminated, truncated, info = env.step(actions)  # NEXT_STEP autoreset: this step only restarts
+    assert not reward.any() and not truncated.any() and (obs[:, 0] == 0).all() and (obs[:, 1] == -1).all()
+    assert info["op_slot_mask"][:, Op.GERMINATE, 0].all()
     fixed = hidden_condition.fixed_returns({"horizon": 6, "reveal": 2})
-    assert fixed["oracle"] > fixed["grow_at_0"] > fixed["wait"]
+    assert fixed["oracle"] > fixed["blind"] > fixed["wait"]
+
+
+def test_the_hidden_condition_toys_grow_window_allows_germinate_only_inside_it():
+    env = hidden_condition.HiddenConditionEnv(num_envs=4, horizon=6, reveal=2, grow_window=(2, 2))
+    env.reset(seed=[3, 3, 4, 4])  # a seed group: the same reset seed, the same episode
+    assert env.condition[0] == env.condition[1] and env.luck[0] == env.luck[1]
+    germinate = np.zeros((4, len(Head)), np.int64)
+    germinate[:, 0] = Op.GERMINATE
+    allowed = []
+    for _ in range(6):
+        allowed.append(bool(env._info()["op_slot_mask"][0, Op.GERMINATE, 0]))
+        env.step(germinate)  # refused (run as WAIT) outside the window
+    assert allowed == [False, False, True, False, False, False] and (env.grown_at == 2).all()
+    fixed = hidden_condition.fixed_returns({"horizon": 6, "reveal": 2, "grow_window": [2, 2]})
+    assert fixed["oracle"] > fixed["wait"] and fixed["oracle"] > fixed["blind"]
+    with pytest.raises(ValueError, match="grow_window"):
+        hidden_condition.HiddenConditionEnv(horizon=6, grow_window=(4, 6))
+    with pytest.raises(ValueError, match="reveal=0"):
+        hidden_condition.HiddenConditionEnv(reveal=0)
 
 
 def test_the_hidden_condition_study_trains_reads_and_tabulates(tmp_path):
