@@ -47,9 +47,9 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from benchmarks.common import run_stamp
-from esper_agent.collect import masks_to_device
 from esper_agent.config import AgentConfig
 from esper_agent.envs import VectorEnvDriver
+from esper_agent.evaluate import PolicyActor, run_episodes
 from esper_agent.trainer import Trainer
 from esper_env import spaces
 from esper_env.spaces import SENTINEL, Op
@@ -145,25 +145,14 @@ class HiddenConditionEnv(VectorEnv):
 def greedy_read(trainer: Trainer, env_kwargs: dict[str, Any]) -> dict[str, float]:
     """The trainer's argmax policy on held-out episodes: per condition, the share that grew and the mean return."""
     env = HiddenConditionEnv(num_envs=EVAL_EPISODES, **env_kwargs)
-    driver = VectorEnvDriver(env)
-    obs, masks = driver.reset(EVAL_SEED)
-    state, starts = trainer.policy.initial_state(EVAL_EPISODES), torch.ones(EVAL_EPISODES, dtype=torch.bool)
-    grew, total = np.zeros(EVAL_EPISODES, bool), np.zeros(EVAL_EPISODES)
-    for _ in range(env.max_epochs):
-        obs_t = torch.as_tensor(trainer.obs_norm.normalize(obs), device=trainer.device)
-        with torch.no_grad():
-            out = trainer.policy.step(obs_t, masks_to_device(masks, trainer.device), state, starts,
-                                      deterministic=True)
-        actions = out.action.cpu().numpy()
-        grew |= actions[:, 0] == Op.GERMINATE
-        step = driver.step(actions)
-        total += step.reward
-        state, obs, masks = out.state, step.obs, step.masks
-        starts = torch.as_tensor(step.episode_start, device=trainer.device)
-    read = {"return": float(total.mean())}
+    actor = PolicyActor(trainer.policy, trainer.obs_norm, deterministic=True)
+    records = run_episodes(VectorEnvDriver(env), actor, EVAL_EPISODES, EVAL_SEED)  # one per sub-env, by sub-env
+    returns = np.array([r.episode_return for r in records])
+    grew = env.grown_at >= 0  # the episodes just ended; NEXT_STEP autoreset has not restarted them
+    read = {"return": float(returns.mean())}
     for c, name in enumerate(CONDITIONS):
         rows = env.condition == c
-        read[f"grows_{name}"], read[f"return_{name}"] = float(grew[rows].mean()), float(total[rows].mean())
+        read[f"grows_{name}"], read[f"return_{name}"] = float(grew[rows].mean()), float(returns[rows].mean())
     return read
 
 
