@@ -46,6 +46,7 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from benchmarks.campaign import parse_seeds
 from benchmarks.common import run_stamp
 from esper_agent.config import AgentConfig
 from esper_agent.envs import VectorEnvDriver
@@ -179,14 +180,14 @@ def train_and_check(label: str, overrides: dict[str, Any], seed: int, updates: i
 
 def fixed_returns(env_kwargs: dict[str, Any]) -> dict[str, float]:
     """Mean return on the held-out episodes of always-WAIT, of growing at the first step GERMINATE is allowed
-    whatever the condition (``blind``), and of the oracle, which grows at the first allowed step from ``reveal`` on
-    where it pays and never where it costs."""
+    (``blind_step``) whatever the condition (``blind``), and of the oracle, which grows at the first allowed step
+    from ``reveal`` on where it pays and never where it costs."""
     probe = HiddenConditionEnv(num_envs=1, **env_kwargs)
     first, last = probe.grow_window
     informed = max(first, probe.reveal) if max(first, probe.reveal) <= last else None
     plays = {"wait": lambda t, c: False, "blind": lambda t, c: t == first,
              "oracle": lambda t, c: c == 0 and t == informed}
-    out = {}
+    out = {"blind_step": first}
     for name, grows in plays.items():
         env = HiddenConditionEnv(num_envs=EVAL_EPISODES, **env_kwargs)
         env.reset(seed=EVAL_SEED)
@@ -223,9 +224,9 @@ def report(runs: list[dict[str, Any]]) -> str:
     if len(env_kwargs) != 1:
         raise ValueError(f"runs of different toys in one table: {sorted(env_kwargs)}")
     fixed = fixed_returns(runs[0]["env_kwargs"])
-    first = HiddenConditionEnv(num_envs=1, **runs[0]["env_kwargs"]).grow_window[0]
     lines = [f"Toy {next(iter(env_kwargs))}; held-out argmax return (points): always-WAIT "
-             f"{100 * fixed['wait']:.2f}, grow at step {first} whatever the condition {100 * fixed['blind']:.2f}, "
+             f"{100 * fixed['wait']:.2f}, grow at step {fixed['blind_step']} whatever the condition "
+             f"{100 * fixed['blind']:.2f}, "
              f"oracle {100 * fixed['oracle']:.2f}.", "", HEADER]
     for label in dict.fromkeys(r["label"] for r in runs):
         mine = [r for r in runs if r["label"] == label]
@@ -237,14 +238,6 @@ def report(runs: list[dict[str, Any]]) -> str:
 
 def read_runs(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def parse_seeds(values: list[str]) -> list[int]:
-    seeds = []
-    for value in values:
-        low, _, high = value.partition("-")
-        seeds.extend(range(int(low), int(high or low) + 1))
-    return seeds
 
 
 def main(argv: list[str] | None = None) -> None:
