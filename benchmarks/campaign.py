@@ -19,10 +19,18 @@ training the campaign's configuration changes: esper_agent (the other arms do no
 folder per env config serves every agent recipe) and, when ``--sb3-kwargs`` is given, the MaskablePPO arms, so that
 each configuration of a sweep has its own folders; that needs ``--label``, as a finished slice in the default
 configuration's folder would be skipped as done. Every flag this command does not define goes to
-``compare_agents`` unchanged (``--budget-epochs``, ``--eval-episodes``, ``--eval-sampled``, ``--time-limit-s`` for
-a time limit per slice, ``--agent-kwargs``, ``--sb3-kwargs``, ...).
+``compare_agents`` unchanged (``--budget-epochs``, ``--eval-episodes``, ``--eval-sampled``, ``--agent-kwargs``,
+``--sb3-kwargs``, ...); ``--time-limit-s``, a time limit per learning slice, too.
 Each process's output goes to ``<out>/logs/<env>/<folder>-<seed>.log`` (appended, so a resumed slice keeps its
 earlier runs' lines).
+
+``--stop-at`` (a wall-clock time in seconds since the epoch) is for machines lent by the call: every process must
+have ended by then. A learning slice started at time t pauses after ``--time-limit-s`` or ``stop_at - t -
+--stop-margin-s`` seconds of training, whichever is less, so slices queued behind others (more slices than
+``--per-gpu`` allows at once) get what is left of the call, not a full limit; no slice starts with less than the
+margin left (those wait for the next run of the same command). The margin must cover a process's setup (data,
+envs, CUDA graphs), the update in progress when the limit passes and, for a slice that finishes training just
+before it, its evaluation; fixed arms have no limit, only the margin.
 
     python -m benchmarks.campaign --preset cifar10-fast-budget --arms esper_agent heuristic --seeds 0-15 \\
         --out benchmarks/results/compare_val5k --eval-episodes 48 --eval-sampled --per-gpu 2 --threads 4
@@ -41,7 +49,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -123,6 +131,7 @@ def plan(args: argparse.Namespace, passed: list[str]) -> list[Job]:
     if not isinstance(given, dict):
         raise ValueError(f"--env-kwargs {args.env_kwargs}: expected a JSON object of env arguments")
     common = [*base, "--env-kwargs", json.dumps(env_kwargs | given), *passed,
+              *(["--time-limit-s", f"{args.time_limit_s:g}"] if args.time_limit_s is not None else []),
               *(["--env", args.env] if args.env else []), "--out", str(args.out.resolve()),
               *(["--oracle-from", str(args.oracle_from.resolve())] if args.oracle_from else [])]
     given_label = args.label if args.label is not None else (args.preset or "")
@@ -174,10 +183,35 @@ def start_process(job: Job, gpu: str | None, threads: int) -> subprocess.Popen:
         return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
+@dataclass(frozen=True)
+class Deadline:
+    """``--stop-at`` and ``--stop-margin-s`` (module docstring), with ``--time-limit-s`` if one was given."""
+
+    stop_at: float
+    margin_s: float
+    time_limit_s: float | None = None
+
+    def limit_s(self, now: float) -> float | None:
+        """The training time a learning slice started ``now`` may spend; None when it must not start."""
+        left = self.stop_at - now - self.margin_s
+        if left <= 0:
+            return None
+        return left if self.time_limit_s is None else min(left, self.time_limit_s)
+
+
+def timed(job: Job, limit_s: float) -> Job:
+    """``job`` with its training capped at ``limit_s`` (argparse keeps the last ``--time-limit-s``)."""
+    if job.arm not in compare_agents.LEARNING_ARMS:
+        return job
+    return replace(job, argv=(*job.argv, "--time-limit-s", f"{limit_s:.0f}"))
+
+
 def run_jobs(jobs: Sequence[Job], slots: Sequence[str | None], per_slot: int,
-             start: Callable[[Job, str | None], Process], poll_s: float = POLL_S) -> dict[Job, int]:
+             start: Callable[[Job, str | None], Process], poll_s: float = POLL_S, deadline: Deadline | None = None,
+             clock: Callable[[], float] = time.time) -> dict[Job, int]:
     """Start the jobs in order, each on the slot (GPU) running the fewest (the first of those), never more than
-    ``per_slot`` on one; wait for all; their exit codes."""
+    ``per_slot`` on one, none once ``deadline`` leaves too little time (those stay pending); wait for all that
+    started; their exit codes."""
     pending, running = list(jobs), [[] for _ in slots]
     codes: dict[Job, int] = {}
     while pending or any(running):
@@ -187,9 +221,15 @@ def run_jobs(jobs: Sequence[Job], slots: Sequence[str | None], per_slot: int,
                     codes[job] = code
                     procs.remove((job, process))
         while pending and (free := [k for k, procs in enumerate(running) if len(procs) < per_slot]):
+            limit = None if deadline is None else deadline.limit_s(clock())
+            if deadline is not None and limit is None:
+                print(f"not started, too close to --stop-at: {len(pending)} slice(s); run the same command again",
+                      flush=True)
+                pending.clear()
+                break
             slot = min(free, key=lambda k: len(running[k]))
             job = pending.pop(0)
-            running[slot].append((job, start(job, slots[slot])))
+            running[slot].append((job, start(job if limit is None else timed(job, limit), slots[slot])))
             print(f"started {job.arm} seed {job.seed} on GPU {slots[slot]} (log {job.log})", flush=True)
         if any(running):
             time.sleep(poll_s)
@@ -214,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.campaign", description=__doc__.splitlines()[0], allow_abbrev=False,
         epilog="Every other flag goes to benchmarks.compare_agents unchanged (python -m benchmarks.compare_agents "
-               "--help): --budget-epochs, --eval-episodes, --eval-sampled, --time-limit-s, --agent-kwargs, "
+               "--help): --budget-epochs, --eval-episodes, --eval-sampled, --agent-kwargs, "
                "--sb3-kwargs, ...")
     parser.add_argument("--preset", default=None, help="a name in esper_agent/presets (env, agent, budget)")
     parser.add_argument("--arms", nargs="+", default=None, help=f"of {', '.join(compare_agents.ARMS)}, "
@@ -233,6 +273,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: every visible one; none: the CPU)")
     parser.add_argument("--per-gpu", type=int, default=1, help="processes at once on one GPU (count)")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads of each process (OMP_NUM_THREADS)")
+    parser.add_argument("--time-limit-s", type=float, default=None, help="passed on to every learning slice: it "
+                        "pauses after training this long (seconds)")
+    parser.add_argument("--stop-at", type=float, default=None, help="seconds since the epoch by which every process "
+                        "must have ended, e.g. $(( $(date +%%s) + 530 )): learning slices get what is left, less "
+                        "--stop-margin-s, as their time limit, and none starts with less left")
+    parser.add_argument("--stop-margin-s", type=float, default=60.0, help="with --stop-at: the seconds a slice "
+                        "needs beyond its training time (setup, the update in progress, a final evaluation)")
     parser.add_argument("--dry-run", action="store_true", help="print each process's GPU and command, run nothing")
     parser.add_argument("--status", action="store_true", help="print each slice's state, run nothing")
     return parser
@@ -249,6 +296,8 @@ def main(argv: list[str] | None = None, start: Callable[[Job, str | None, int], 
         parser.error(str(error))
     if args.per_gpu < 1 or args.threads < 1:
         parser.error(f"--per-gpu {args.per_gpu}, --threads {args.threads}: expected counts >= 1")
+    if not args.stop_margin_s >= 0:
+        parser.error(f"--stop-margin-s {args.stop_margin_s}: expected seconds >= 0")
     if args.status:
         return int(not report(jobs, {}))
     todo = [job for job in jobs if job.state() != "done"]
@@ -258,7 +307,8 @@ def main(argv: list[str] | None = None, start: Callable[[Job, str | None, int], 
         for job in todo:
             print(f"{job.arm} seed {job.seed}: python -m benchmarks.compare_agents {shlex.join(job.argv)}")
         return 0
-    codes = run_jobs(todo, slots, args.per_gpu, lambda job, gpu: start(job, gpu, args.threads))
+    deadline = None if args.stop_at is None else Deadline(args.stop_at, args.stop_margin_s, args.time_limit_s)
+    codes = run_jobs(todo, slots, args.per_gpu, lambda job, gpu: start(job, gpu, args.threads), deadline=deadline)
     return int(not report(jobs, codes))
 
 

@@ -96,6 +96,25 @@ class _Counted(_StandIn):
         return code
 
 
+def test_a_deadline_gives_queued_learning_slices_what_is_left_and_starts_none_too_late(tmp_path, capsys):
+    jobs = _jobs(tmp_path, ["--arms", "esper_agent", "static", "--seeds", "0", "1"])  # learning slices first
+    deadline = campaign.Deadline(stop_at=1000.0, margin_s=100.0, time_limit_s=600.0)
+    times, started = iter([0.0, 500.0, 880.0, 950.0]), []
+
+    def start(job, gpu):
+        started.append(job)
+        return _StandIn(1)
+
+    codes = campaign.run_jobs(jobs, [None], per_slot=1, start=start, poll_s=0, deadline=deadline,
+                              clock=lambda: next(times))
+    limits = [job.argv[-1] if job.argv[-2] == "--time-limit-s" else None for job in started]
+    # the first learning slice keeps the given 600 s; the second gets 1000 - 500 - 100; the fixed arm runs untimed
+    assert limits == ["600", "400", None] and [j.arm for j in started] == ["esper_agent", "esper_agent", "static"]
+    assert set(codes) == set(jobs[:3])  # keyed by the planned jobs, whatever limit each was started with
+    assert "not started, too close to --stop-at: 1 slice(s)" in capsys.readouterr().out
+    assert campaign.Deadline(100.0, 60.0).limit_s(50.0) is None and campaign.Deadline(100.0, 0.0).limit_s(50.0) == 50
+
+
 def test_gpus_are_torch_indices_mapped_through_cuda_visible_devices(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
     assert campaign.gpu_slots([0, 2]) == ["4", "6"] and campaign.gpu_slots(None) == ["4", "5", "6"]
