@@ -27,22 +27,17 @@ earlier runs' lines).
 ``--stop-at`` (a wall-clock time in seconds since the epoch) is for machines lent by the call: every process must
 have ended by then. A learning slice started at time t pauses after ``--time-limit-s`` or ``stop_at - t -
 --stop-margin-s`` seconds of training, whichever is less, so slices queued behind others (more slices than
-``--per-gpu`` allows at once) get what is left of the call, not a full limit; no slice starts with less than the
-margin left (those wait for the next run of the same command). The margin must cover a process's setup (data,
-envs, CUDA graphs), the update in progress when the limit passes and, for a slice that finishes training just
-before it, its evaluation; fixed arms have no limit, only the margin.
-
-    python -m benchmarks.campaign --preset cifar10-fast-budget --arms esper_agent heuristic --seeds 0-15 \\
-        --out benchmarks/results/compare_val5k --eval-episodes 48 --eval-sampled --per-gpu 2 --threads 4
-    python -m benchmarks.campaign --preset cifar10-fast-budget --seeds 0-15 --out ... --status   # what is done
-    python -m benchmarks.campaign --env Esper-CIFAR10-v0 --arms maskable_flat --seeds 100-102 --label lr1e-4 \
-        --sb3-kwargs '{"learning_rate": 1e-4, "normalize": "obs"}' --out ...   # one configuration of a sweep
-"""
+``--per-gpu`` allows at once) get what is left of the call, not a full limit; with ``--eval-reserve-s`` (about
+one evaluation's seconds), one that finishes training with less than that left pauses before evaluating, and its
+next run evaluates first. A fixed arm's slice, which only evaluates, starts only while ``--eval-reserve-s`` plus
+the margin is left; slices that may not start wait for the next run of the same command. The margin covers a
+process's setup (data, envs, CUDA graphs), the update in progress when the limit passes, and saving."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -131,7 +126,8 @@ def plan(args: argparse.Namespace, passed: list[str]) -> list[Job]:
     if not isinstance(given, dict):
         raise ValueError(f"--env-kwargs {args.env_kwargs}: expected a JSON object of env arguments")
     common = [*base, "--env-kwargs", json.dumps(env_kwargs | given), *passed,
-              *(["--time-limit-s", f"{args.time_limit_s:g}"] if args.time_limit_s is not None else []),
+              *(["--time-limit-s", repr(args.time_limit_s)] if args.time_limit_s is not None else []),
+              *(["--eval-reserve-s", repr(args.eval_reserve_s)] if args.eval_reserve_s else []),
               *(["--env", args.env] if args.env else []), "--out", str(args.out.resolve()),
               *(["--oracle-from", str(args.oracle_from.resolve())] if args.oracle_from else [])]
     given_label = args.label if args.label is not None else (args.preset or "")
@@ -185,17 +181,26 @@ def start_process(job: Job, gpu: str | None, threads: int) -> subprocess.Popen:
 
 @dataclass(frozen=True)
 class Deadline:
-    """``--stop-at`` and ``--stop-margin-s`` (module docstring), with ``--time-limit-s`` if one was given."""
+    """``--stop-at`` and ``--stop-margin-s`` (module docstring), with ``--time-limit-s`` and ``--eval-reserve-s``
+    as given."""
 
     stop_at: float
     margin_s: float
     time_limit_s: float | None = None
+    eval_reserve_s: float = 0.0
 
-    def limit_s(self, now: float) -> float | None:
-        """The training time a learning slice started ``now`` may spend; None when it must not start."""
-        left = self.stop_at - now - self.margin_s
-        if left <= 0:
-            return None
+    def left_s(self, now: float) -> float:
+        return self.stop_at - now - self.margin_s
+
+    def allows(self, arm: str, now: float) -> bool:
+        """Whether a slice of ``arm`` may start ``now``: a learning one while any time is left (it trains at least
+        an update, then pauses), a fixed one, which only evaluates, while its evaluation fits."""
+        left = self.left_s(now)
+        return left > 0 if arm in compare_agents.LEARNING_ARMS else left > 0 and left >= self.eval_reserve_s
+
+    def limit_s(self, now: float) -> float:
+        """The training time a learning slice started ``now`` may spend."""
+        left = self.left_s(now)
         return left if self.time_limit_s is None else min(left, self.time_limit_s)
 
 
@@ -203,7 +208,7 @@ def timed(job: Job, limit_s: float) -> Job:
     """``job`` with its training capped at ``limit_s`` (argparse keeps the last ``--time-limit-s``)."""
     if job.arm not in compare_agents.LEARNING_ARMS:
         return job
-    return replace(job, argv=(*job.argv, "--time-limit-s", f"{limit_s:.0f}"))
+    return replace(job, argv=(*job.argv, "--time-limit-s", f"{max(limit_s, 1.0):.0f}"))
 
 
 def run_jobs(jobs: Sequence[Job], slots: Sequence[str | None], per_slot: int,
@@ -212,7 +217,7 @@ def run_jobs(jobs: Sequence[Job], slots: Sequence[str | None], per_slot: int,
     """Start the jobs in order, each on the slot (GPU) running the fewest (the first of those), never more than
     ``per_slot`` on one, none once ``deadline`` leaves too little time (those stay pending); wait for all that
     started; their exit codes."""
-    pending, running = list(jobs), [[] for _ in slots]
+    pending, running, late = list(jobs), [[] for _ in slots], 0
     codes: dict[Job, int] = {}
     while pending or any(running):
         for procs in running:
@@ -221,18 +226,18 @@ def run_jobs(jobs: Sequence[Job], slots: Sequence[str | None], per_slot: int,
                     codes[job] = code
                     procs.remove((job, process))
         while pending and (free := [k for k, procs in enumerate(running) if len(procs) < per_slot]):
-            limit = None if deadline is None else deadline.limit_s(clock())
-            if deadline is not None and limit is None:
-                print(f"not started, too close to --stop-at: {len(pending)} slice(s); run the same command again",
-                      flush=True)
-                pending.clear()
-                break
+            job, now = pending.pop(0), clock()
+            if deadline is not None and not deadline.allows(job.arm, now):
+                late += 1
+                continue
             slot = min(free, key=lambda k: len(running[k]))
-            job = pending.pop(0)
-            running[slot].append((job, start(job if limit is None else timed(job, limit), slots[slot])))
+            running[slot].append((job, start(job if deadline is None else timed(job, deadline.limit_s(now)),
+                                             slots[slot])))
             print(f"started {job.arm} seed {job.seed} on GPU {slots[slot]} (log {job.log})", flush=True)
         if any(running):
             time.sleep(poll_s)
+    if late:
+        print(f"not started, too close to --stop-at: {late} slice(s); run the same command again", flush=True)
     return codes
 
 
@@ -279,7 +284,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "must have ended, e.g. $(( $(date +%%s) + 530 )): learning slices get what is left, less "
                         "--stop-margin-s, as their time limit, and none starts with less left")
     parser.add_argument("--stop-margin-s", type=float, default=60.0, help="with --stop-at: the seconds a slice "
-                        "needs beyond its training time (setup, the update in progress, a final evaluation)")
+                        "needs beyond its training time and its evaluation (setup, the update in progress, saving)")
+    parser.add_argument("--eval-reserve-s", type=float, default=0.0, help="passed on to every learning slice (one "
+                        "that finishes training with less than this left of its time limit pauses before its "
+                        "evaluation); with --stop-at, a fixed arm's slice starts only with this much left")
     parser.add_argument("--dry-run", action="store_true", help="print each process's GPU and command, run nothing")
     parser.add_argument("--status", action="store_true", help="print each slice's state, run nothing")
     return parser
@@ -296,8 +304,13 @@ def main(argv: list[str] | None = None, start: Callable[[Job, str | None, int], 
         parser.error(str(error))
     if args.per_gpu < 1 or args.threads < 1:
         parser.error(f"--per-gpu {args.per_gpu}, --threads {args.threads}: expected counts >= 1")
-    if not args.stop_margin_s >= 0:
-        parser.error(f"--stop-margin-s {args.stop_margin_s}: expected seconds >= 0")
+    if args.stop_at is not None and not math.isfinite(args.stop_at):
+        parser.error(f"--stop-at {args.stop_at}: expected a time in seconds since the epoch")
+    limits = (("--stop-margin-s", args.stop_margin_s), ("--eval-reserve-s", args.eval_reserve_s),
+              ("--time-limit-s", 0.0 if args.time_limit_s is None else args.time_limit_s))
+    for flag, value in limits:
+        if not value >= 0:
+            parser.error(f"{flag} {value}: expected seconds >= 0")
     if args.status:
         return int(not report(jobs, {}))
     todo = [job for job in jobs if job.state() != "done"]
@@ -307,7 +320,8 @@ def main(argv: list[str] | None = None, start: Callable[[Job, str | None, int], 
         for job in todo:
             print(f"{job.arm} seed {job.seed}: python -m benchmarks.compare_agents {shlex.join(job.argv)}")
         return 0
-    deadline = None if args.stop_at is None else Deadline(args.stop_at, args.stop_margin_s, args.time_limit_s)
+    deadline = None if args.stop_at is None else Deadline(args.stop_at, args.stop_margin_s, args.time_limit_s,
+                                                          args.eval_reserve_s)
     codes = run_jobs(todo, slots, args.per_gpu, lambda job, gpu: start(job, gpu, args.threads), deadline=deadline)
     return int(not report(jobs, codes))
 

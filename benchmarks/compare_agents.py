@@ -27,13 +27,15 @@ beside its folder's slices after each update (``seed<k>.ckpt`` for esper_agent, 
 keeps it until its slice is written, so a run cut short anywhere, evaluation included, continues from its last
 update when the same command runs again; ``--keep-policy`` then keeps the trained policy
 (:func:`retire_saved_state`). With ``--time-limit-s``, a slice that has trained that long in this run
-stops at the next update boundary without a slice. esper_agent continues exactly where it stopped (its envs reset
-from (seed, update) at every rollout: :mod:`esper_agent.trainer`); MaskablePPO continues its network and optimizer
-on fresh envs, with its env and action-sampling streams reseeded from (seed, host epochs so far) (its rollouts are
-whole episodes here, so no episode is cut). A slice continues only under the settings it was saved with (env, its
-kwargs, sub-envs, budget, agent kwargs, MaskablePPO's horizon and ``--sb3-kwargs``). ``--sb3-kwargs`` sets the
-MaskablePPO arms' hyperparameters, rollout length and observation/reward normalisation (:mod:`benchmarks.sb3_train`;
-default sb3-contrib's, as always); with ``--label`` each configuration gets its own folders. Saving costs little
+stops at the next update boundary without a slice, and with ``--eval-reserve-s`` too, one that finishes training
+with less than that left of its limit stops before its evaluation (the next run evaluates at once). esper_agent
+continues exactly where it stopped (its envs reset from (seed, update) at every rollout: :mod:`esper_agent.trainer`);
+MaskablePPO continues its network and optimizer on fresh envs, with its env and action-sampling streams reseeded
+from (seed, host epochs so far) (its rollouts are whole episodes here, so no episode is cut). A slice continues
+only under the settings it was saved with (env, its kwargs, sub-envs, budget, agent kwargs, MaskablePPO's horizon
+and ``--sb3-kwargs``). ``--sb3-kwargs`` sets the MaskablePPO arms' hyperparameters, rollout length and
+observation/reward normalisation (:mod:`benchmarks.sb3_train`; default sb3-contrib's, as always); with ``--label``
+each configuration gets its own folders. Saving costs little
 beside an update (``benchmarks/checkpoint_cost.py``).
 
     python -m benchmarks.compare_agents --env Esper-CIFAR10-Fast-v0 --arms heuristic random static \\
@@ -127,7 +129,7 @@ def train_esper_agent(args: argparse.Namespace, seed: int, folder: Path) -> Trai
     trainer = Trainer(envs, config, device=resolve_device(args.agent_device), seed=seed, total_updates=updates)
     [saved], settings = saved_state("esper_agent", seed, folder), slice_settings("esper_agent", args)
     curve: list[dict] = []
-    clock = TrainingClock(args.time_limit_s)
+    clock = TrainingClock(args.time_limit_s, eval_reserve_s=args.eval_reserve_s)
     if saved.exists():
         state = load_checkpoint(saved)
         check_saved_settings(saved, state.pop("settings"), settings)
@@ -148,6 +150,7 @@ def train_esper_agent(args: argparse.Namespace, seed: int, folder: Path) -> Trai
             envs.close()
             raise Paused(f"esper_agent seed {seed}: paused after update {update}/{updates}; state in {saved}")
     envs.close()
+    clock.pause_unless_evaluation_fits(f"esper_agent seed {seed}", saved)
     last = PolicyActor(trainer.policy.eval(), trainer.obs_norm, deterministic=True, seed=seed)
     handed_out = trainer.selected_policy()  # the kept policy, else the last
     sampled = PolicyActor(*handed_out, deterministic=False, seed=seed)
@@ -273,6 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--time-limit-s", type=float, default=None, help="a learning slice that has trained this "
                         "many seconds in this run stops at the next update (its state is saved after every update); "
                         "rerunning continues it (default: none)")
+    parser.add_argument("--eval-reserve-s", type=float, default=0.0, help="with --time-limit-s: a learning slice "
+                        "that finishes training with less than this left of its limit pauses before evaluating, and "
+                        "its next run evaluates at once (seconds; default 0: it always evaluates)")
     parser.add_argument("--eval-sampled", action="store_true", help="learning arms also play the evaluation "
                         "episodes with actions sampled from their policy, not its argmax (sampled_episodes)")
     parser.add_argument("--agent-kwargs", default="{}", help="JSON AgentConfig overrides for esper_agent")
@@ -312,6 +318,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                      f"least --eval-episodes ({args.eval_episodes}), so that no two seeds share an episode")
     if args.time_limit_s is not None and not args.time_limit_s >= 0:
         parser.error(f"--time-limit-s {args.time_limit_s}: expected a number of seconds >= 0")
+    if not args.eval_reserve_s >= 0:
+        parser.error(f"--eval-reserve-s {args.eval_reserve_s}: expected a number of seconds >= 0")
     try:
         args.sb3_kwargs = sb3_train.check_sb3_kwargs(args.sb3_kwargs)
     except ValueError as error:

@@ -181,7 +181,8 @@ def _resume(paths: list[Path], env: Any, settings: dict[str, Any]) -> tuple[Any,
 def train_maskable(args: argparse.Namespace, seed: int, folder: Path, settings: dict[str, Any],
                    config: EnvConfig) -> Trained:
     """Train (or continue) the maskable arm ``settings["arm"]`` for ``args.budget_epochs`` host epochs; its argmax
-    actor and, for ``--eval-sampled``, its sampling actor. Raises :class:`Paused` at ``--time-limit-s``."""
+    actor and, for ``--eval-sampled``, its sampling actor. Raises :class:`Paused` at ``--time-limit-s`` (or before an
+    evaluation that ``--eval-reserve-s`` says would overrun it)."""
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.vec_env import VecMonitor
 
@@ -192,7 +193,7 @@ def train_maskable(args: argparse.Namespace, seed: int, folder: Path, settings: 
     paths = state_paths(seed, folder)
     saved, saved_curve, saved_norm = paths
     curve: list[dict] = []
-    clock = TrainingClock(args.time_limit_s)
+    clock = TrainingClock(args.time_limit_s, eval_reserve_s=args.eval_reserve_s)
     # VecMonitor inside the normalisation: the curve's returns are the env's own
     env = VecMonitor(make_sb3_env(args.env, args.num_envs, flatten, horizon=settings["horizon"], **args.env_kwargs))
     if saved.exists():
@@ -221,5 +222,6 @@ def train_maskable(args: argparse.Namespace, seed: int, folder: Path, settings: 
             raise Paused(f"{name} seed {seed}: paused at {model.num_timesteps}/{args.budget_epochs} host "
                          f"epochs; state in {saved}")
     env.close()
+    clock.pause_unless_evaluation_fits(f"{name} seed {seed}", saved)
     actor = partial(Sb3Actor, model, flatten, config.num_slots, obs_norm=frozen(env))
     return Trained(actor(), curve, clock.total_s(), sampled_actor=actor(deterministic=False, seed=seed))

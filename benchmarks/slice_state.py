@@ -1,6 +1,7 @@
 """What a ``compare_agents`` slice carries from training to evaluation, and what lets a learning slice's training
-span runs: the trained policies (:class:`Trained`), the pause at ``--time-limit-s`` (:class:`Paused`,
-:class:`TrainingClock`) and the check that a saved state continues only under the settings it was saved with."""
+span runs: the trained policies (:class:`Trained`), the pause at ``--time-limit-s`` or before an evaluation that
+would overrun it (:class:`Paused`, :class:`TrainingClock`) and the check that a saved state continues only under
+the settings it was saved with."""
 
 from __future__ import annotations
 
@@ -30,13 +31,24 @@ class Paused(Exception):
 
 
 class TrainingClock:
-    """This run's training time against ``--time-limit-s``, plus what earlier runs of the slice spent."""
+    """This run's training time against ``--time-limit-s``, plus what earlier runs of the slice spent; with
+    ``--eval-reserve-s``, the seconds of the limit a slice's evaluation needs."""
 
-    def __init__(self, limit_s: float | None, earlier_s: float = 0.0) -> None:
+    def __init__(self, limit_s: float | None, earlier_s: float = 0.0, eval_reserve_s: float = 0.0) -> None:
         self.limit_s, self.earlier_s, self.start = limit_s, earlier_s, time.perf_counter()
+        self.eval_reserve_s = eval_reserve_s
 
-    def out_of_time(self) -> bool:
-        return self.limit_s is not None and time.perf_counter() - self.start >= self.limit_s
+    def out_of_time(self, reserve_s: float = 0.0) -> bool:
+        """Whether less than ``reserve_s`` of the limit is left (none: never)."""
+        return self.limit_s is not None and time.perf_counter() - self.start >= self.limit_s - reserve_s
+
+    def pause_unless_evaluation_fits(self, who: str, saved: Path) -> None:
+        """Called once training is done: raise :class:`Paused` when the evaluation would overrun the limit, so that
+        a lent machine's call ends in time; the saved state holds the finished training, and the next run goes
+        straight to the evaluation."""
+        if self.eval_reserve_s > 0 and self.out_of_time(self.eval_reserve_s):
+            raise Paused(f"{who}: trained, paused before its evaluation (less than --eval-reserve-s "
+                         f"{self.eval_reserve_s:g} s of --time-limit-s left); state in {saved}")
 
     def total_s(self) -> float:
         return self.earlier_s + time.perf_counter() - self.start

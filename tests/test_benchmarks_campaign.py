@@ -112,7 +112,28 @@ def test_a_deadline_gives_queued_learning_slices_what_is_left_and_starts_none_to
     assert limits == ["600", "400", None] and [j.arm for j in started] == ["esper_agent", "esper_agent", "static"]
     assert set(codes) == set(jobs[:3])  # keyed by the planned jobs, whatever limit each was started with
     assert "not started, too close to --stop-at: 1 slice(s)" in capsys.readouterr().out
-    assert campaign.Deadline(100.0, 60.0).limit_s(50.0) is None and campaign.Deadline(100.0, 0.0).limit_s(50.0) == 50
+    reserved = campaign.Deadline(stop_at=1000.0, margin_s=100.0, eval_reserve_s=300.0)
+    # 250 s left after the margin: a learning slice may start (it pauses before an evaluation that would not fit),
+    # a fixed arm's slice, which is all evaluation, may not
+    assert reserved.allows("esper_agent", 650.0) and not reserved.allows("static", 650.0)
+    assert reserved.allows("static", 600.0) and reserved.limit_s(650.0) == 250.0
+    assert not reserved.allows("esper_agent", 900.0)
+
+
+def test_the_command_line_deadline_reaches_the_learning_slices(tmp_path):
+    import time
+
+    started = []
+    argv = ["--arms", "esper_agent", "--seeds", "0", "--gpus", "--stop-at", str(time.time() + 1000),
+            "--stop-margin-s", "100", "--eval-reserve-s", "200", "--time-limit-s", "5000", "--out", str(tmp_path)]
+    assert campaign.main(argv, start=lambda job, gpu, threads: started.append(job.argv) or _StandIn(1)) == 0
+    [args] = started
+    from benchmarks import compare_agents
+
+    parsed = compare_agents.parse_args(list(args))  # the last --time-limit-s wins: what is left of the 1000 s
+    assert 880 <= parsed.time_limit_s <= 900 and parsed.eval_reserve_s == 200
+    with pytest.raises(SystemExit):
+        campaign.main(["--arms", "static", "--gpus", "--stop-at", "nan", "--out", str(tmp_path)])
 
 
 def test_gpus_are_torch_indices_mapped_through_cuda_visible_devices(monkeypatch):
