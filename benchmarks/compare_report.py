@@ -26,7 +26,9 @@ costs and plans; the growth task's goals replace it where they are recorded). Wr
 :mod:`benchmarks.compare_plots`) into
 the folder. Slices whose episodes record their hidden condition and ops (``benchmarks.h2h_arms``) also get, from
 :mod:`benchmarks.h2h_report`, each arm's final params, training FLOPs, horizon and plans by condition (in
-``summary.json`` and a section of ``table.md``) and ``accuracy-flops.png`` with the static frontier, and from
+``summary.json`` and a section of ``table.md``), ``accuracy-flops.png`` with the static frontier and
+``plans.png`` (the learners' and fixed policies' germinations by condition, step, blueprint and slot, the mean
+over seeds), and from
 :mod:`benchmarks.h2h_goals` whether the learner meets the head-to-head's goals (``goals.json`` and a section of
 ``table.md``; the ``--goal-*`` flags name which rows play which part).
 ``--seeds 8 9 ...`` scores only those seeds of every arm (e.g. a confirmation run's fresh seeds, apart from the
@@ -360,7 +362,8 @@ def main(argv: list[str] | None = None) -> None:
     if not arms:
         raise SystemExit(f"no slices (<arm>/seed<k>.json) under {args.folder}"
                          + ("" if args.seeds is None else f" of seeds {args.seeds}"))
-    rows = summarize(with_alternate_evaluations(arms))
+    alternates = with_alternate_evaluations(arms)  # each row's slices, "(sampled actions)" rows included
+    rows = summarize(alternates)
     env = args.folder.name
     suffix = "" if args.seeds is None else f"-seeds{seed_list_name(args.seeds)}"
     (args.folder / f"summary{suffix}.json").write_text(json.dumps(rows, indent=1, default=float))
@@ -369,6 +372,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.seeds is None:  # the figures are of the whole campaign
         plot_curves(arms, rows, args.folder / "curves.png", env)
         h2h_report.plot_accuracy_flops(rows, args.folder / "accuracy-flops.png", env)
+        h2h_report.plot_plans(alternates, args.folder / "plans.png", env)
         for arm, slices in arms.items():
             plot_telemetry(slices, args.folder / f"telemetry-{arm}.png", f"{arm} on {env}")
     print(markdown(rows, env, roles))

@@ -1,7 +1,8 @@
 """What the head-to-head adds to ``benchmarks.compare_report``: per arm, what it cost (final parameters, training
 FLOPs) beside its return and test accuracy, how each learner read the end of an episode (the horizon), what it
-grows, where and when under each hidden condition, and a figure of test accuracy against training FLOPs with
-every arm's seeds and the static frontier drawn as a line; and what one episode's slots grew (:func:`seeds_at_end`,
+grows, where and when under each hidden condition (in words, and as heatmaps for the arms that choose: learners
+and fixed policies), and a figure of test accuracy against training FLOPs with every arm's seeds and the static
+frontier drawn as a line; and what one episode's slots grew (:func:`seeds_at_end`,
 the report's "grown" column), joins on the family host included.
 
 It reads what ``benchmarks.h2h_arms.EpisodeFacts`` records in each evaluation episode (``condition``, ``ops``,
@@ -307,5 +308,69 @@ def plot_accuracy_flops(rows: Sequence[dict], path: Path, env: str) -> bool:
     axis.grid(alpha=0.3)
     axis.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.0, 0.5))
     figure.tight_layout()
+    FigureCanvasAgg(figure).print_png(str(path))
+    return True
+
+
+CHOOSING = ("learner", "policy")  # the kinds whose plans may depend on what they see, so worth a heatmap
+
+
+def plan_grids(slices: Sequence[dict], conditions: Sequence[str], steps: int, sites: Sequence[tuple[str, int]]
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Two matrices over ``conditions`` (rows) of an arm's germinations per evaluation episode: by episode step
+    (``steps`` columns: when) and by (blueprint, slot) (``sites`` columns: what and where). Each cell is the mean
+    over the arm's seeds that played the condition of that seed's mean, so that a difference between two rows is
+    not one seed's habit against another's (pooled episodes would show seeds that drew more of a condition as
+    the condition); 0 where no seed played it."""
+    when, what = np.zeros((len(conditions), steps)), np.zeros((len(conditions), len(sites)))
+    seeds = np.zeros(len(conditions))
+    for slice_ in slices:
+        mine = plans([slice_])
+        for i, condition in enumerate(conditions):
+            plan = mine.get(condition)
+            if not plan:
+                continue
+            seeds[i] += 1
+            for step, count in plan["germinations_at"].items():
+                when[i, int(step)] += count / plan["episodes"]
+            for op in plan["ops"]:
+                if op["op"] == "germinate":
+                    what[i, sites.index((op["blueprint"], op["slot"]))] += op["count"] / plan["episodes"]
+    played = np.maximum(seeds, 1)[:, None]
+    return when / played, what / played
+
+
+def plot_plans(arms: dict[str, list[dict]], path: Path, env: str) -> bool:
+    """Per learner or fixed policy (:data:`CHOOSING`; ``arms``: each row's slices, as ``compare_report`` names
+    them), germinations per episode by hidden condition, the mean over seeds (:func:`plan_grids`): at each step
+    (left) and per blueprint and slot (right), so that a policy that grows by the condition it is not told shows
+    as rows that differ; False (no file) when no such arm recorded its plans."""
+    shown = {name: slices for name, slices in arms.items()
+             if kind_of(slices[0]) in CHOOSING and has_facts(slices)}
+    if not shown:
+        return False
+    pooled = [plans(slices) for slices in shown.values()]
+    conditions = sorted({c for p in pooled for c in p})
+    steps = 1 + max((int(s) for p in pooled for c in p.values() for s in c["germinations_at"]), default=0)
+    sites = sorted({(o["blueprint"], o["slot"]) for p in pooled for c in p.values() for o in c["ops"]
+                    if o["op"] == "germinate"}, key=lambda site: (site[1], str(site[0])))
+    figure = Figure(figsize=(12, 0.25 * len(conditions) * len(shown) + 1.5), dpi=100, layout="constrained")
+    axes = figure.subplots(len(shown), 2, squeeze=False, width_ratios=(max(steps, 1), max(len(sites), 1)))
+    for (left, right), (name, slices) in zip(axes, shown.items(), strict=True):
+        for axis, grid, labels, by in zip((left, right), plan_grids(slices, conditions, steps, sites),
+                                          (list(range(steps)), [f"{b}@{s}" for b, s in sites]),
+                                          ("episode step", "blueprint@slot"), strict=True):
+            if not grid.size:  # no arm germinated anything: no blueprint@slot column to draw
+                axis.set_axis_off()
+                continue
+            image = axis.imshow(grid, aspect="auto", cmap="viridis", vmin=0, interpolation="nearest")
+            axis.set_yticks(range(len(conditions)), conditions, fontsize=6)
+            axis.set_xticks(range(len(labels)), labels, fontsize=6, rotation=0 if by == "episode step" else 90)
+            seeds = f"{len(slices)} seed{'s' if len(slices) != 1 else ''}"
+            axis.set_title(f"{name} ({seeds}): germinations per episode, by step" if by == "episode step"
+                           else f"by {by}", fontsize=8)
+            figure.colorbar(image, ax=axis, fraction=0.03)
+    figure.suptitle(f"{env}: what each choosing arm grows, and when, by hidden condition (mean over seeds)",
+                    fontsize=9)
     FigureCanvasAgg(figure).print_png(str(path))
     return True

@@ -77,7 +77,14 @@ def test_the_report_gives_cost_horizon_plans_and_the_frontier_per_arm(tmp_path):
     assert ("- plan_grow-x2_at0, full (2 episodes, 2.00 germinations each): germinate widen_s@0 ×2, germinate "
             "widen_s@1 ×2, fossilize@0 ×2; germinations at steps 0 ×2, 1 ×2") in section
     assert "- static, pool5k (2 episodes, 0.00 germinations each): WAIT only; germinations at steps none" in section
-    assert (folder / "accuracy-flops.png").stat().st_size > 0
+    assert (folder / "accuracy-flops.png").stat().st_size > 0 and (folder / "plans.png").stat().st_size > 0
+    agent = compare_report.load_slices(folder)["esper_agent"]
+    agent[1]["episodes"][0]["ops"] = []  # seed 1 does not grow on full: 1 germination there for seed 0, 0 for seed 1
+    when, what = h2h_report.plan_grids(agent, ["full", "missing", "pool5k"], 3, [("widen_s", 0), ("widen_s", 1)])
+    # per seed, then the mean over seeds: at step 0, widen_s in slot 0
+    assert when.tolist() == [[0.5, 0, 0], [0, 0, 0], [1, 0, 0]] and what.tolist() == [[0.5, 0], [0, 0], [1, 0]]
+    one_seed = [{**agent[0], "episodes": agent[0]["episodes"] * 3}]  # three episodes of each: still 1 per episode
+    assert h2h_report.plan_grids(one_seed, ["full"], 1, [("widen_s", 0)])[0].tolist() == [[1.0]]
 
 
 def test_the_frontier_the_horizon_line_and_slices_without_facts():
@@ -95,6 +102,7 @@ def test_the_frontier_the_horizon_line_and_slices_without_facts():
     rows = compare_report.summarize({"heuristic": [old]})
     assert h2h_report.markdown_lines(rows) == [] and "## Cost" not in compare_report.markdown(rows, "env")
     assert not h2h_report.plot_accuracy_flops(rows, Path("unused.png"), "env")
+    assert not h2h_report.plot_plans({"heuristic": [old]}, Path("unused.png"), "env")
 
 
 def _timeline(stages: list[list[int]], blueprints: list[list[int]], **fields) -> dict:
