@@ -31,7 +31,23 @@ have ended by then. A learning slice started at time t pauses after ``--time-lim
 one evaluation's seconds), one that finishes training with less than that left pauses before evaluating, and its
 next run evaluates first. A fixed arm's slice, which only evaluates, starts only while ``--eval-reserve-s`` plus
 the margin is left; slices that may not start wait for the next run of the same command. The margin covers a
-process's setup (data, envs, CUDA graphs), the update in progress when the limit passes, and saving."""
+process's setup (data, envs, CUDA graphs), the update in progress when the limit passes, and saving.
+
+``--plan FILE`` runs several configurations as one queue (a sweep's, or a head-to-head's learners and fixed arms
+side by side): FILE is a JSON list of argument lists, each a group of slices as this command would take it
+(``["--arms", "esper_agent", "--label", "b", "--agent-kwargs", "{...}"]``), parsed over the command line's own
+flags (which a group may override, except :data:`PACKING`, the command's alone); every group's learning slices
+start before any fixed arm's, and ``--per-gpu`` caps them all together. Two groups may not make the same slice.
+
+    python -m benchmarks.campaign --preset cifar10-fast-budget --arms esper_agent heuristic --seeds 0-15 \\
+        --out benchmarks/results/compare_val5k --eval-episodes 48 --eval-sampled --per-gpu 2 --threads 4
+    python -m benchmarks.campaign --preset cifar10-fast-budget --seeds 0-15 --out ... --status   # what is done
+    python -m benchmarks.campaign --env Esper-CIFAR10-v0 --arms maskable_flat --seeds 100-102 --label lr1e-4 \
+        --sb3-kwargs '{"learning_rate": 1e-4, "normalize": "obs"}' --out ...   # one configuration of a sweep
+    python -m benchmarks.campaign --plan sweep.json --env Esper-CIFAR10-Fast-v0 --seeds 100-101 \\
+        --budget-epochs 8000 --eval-episodes 24 --eval-sampled --out <folder> --per-gpu 5 \\
+        --stop-at $(( $(date +%s) + 530 )) --eval-reserve-s 150   # several configurations, one queue, one call
+"""
 
 from __future__ import annotations
 
@@ -67,6 +83,11 @@ class Job:
     folder: Path
     argv: tuple[str, ...]
     log: Path
+
+    @property
+    def name(self) -> str:
+        """The slice's folder name: its arm and, where the campaign labels it, the label (``esper_agent-b``)."""
+        return self.folder.name
 
     @property
     def slice_path(self) -> Path:
@@ -233,7 +254,7 @@ def run_jobs(jobs: Sequence[Job], slots: Sequence[str | None], per_slot: int,
             slot = min(free, key=lambda k: len(running[k]))
             running[slot].append((job, start(job if deadline is None else timed(job, deadline.limit_s(now)),
                                              slots[slot])))
-            print(f"started {job.arm} seed {job.seed} on GPU {slots[slot]} (log {job.log})", flush=True)
+            print(f"started {job.name} seed {job.seed} on GPU {slots[slot]} (log {job.log})", flush=True)
         if any(running):
             time.sleep(poll_s)
     if late:
@@ -242,7 +263,8 @@ def run_jobs(jobs: Sequence[Job], slots: Sequence[str | None], per_slot: int,
 
 
 def report(jobs: Sequence[Job], codes: dict[Job, int]) -> bool:
-    """One line per job: done, paused (rerun to continue) or failed; True when none failed."""
+    """One line per job (its folder, arm and label, and seed): done, paused (rerun to continue) or failed; True
+    when none failed."""
     failed = False
     for job in jobs:
         state, code = job.state(), codes.get(job)
@@ -251,7 +273,7 @@ def report(jobs: Sequence[Job], codes: dict[Job, int]) -> bool:
             state = f"failed (exit code {code}; its log: {job.log})"
         elif state == "paused":
             state = "paused (run the same command again to continue it)"
-        print(f"{job.arm} seed {job.seed}: {state}", flush=True)
+        print(f"{job.name} seed {job.seed}: {state}", flush=True)
     return not failed
 
 
@@ -288,20 +310,45 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--eval-reserve-s", type=float, default=0.0, help="passed on to every learning slice (one "
                         "that finishes training with less than this left of its time limit pauses before its "
                         "evaluation); with --stop-at, a fixed arm's slice starts only with this much left")
+    parser.add_argument("--plan", type=Path, default=None, help="a JSON list of argument lists, one per group of "
+                        "slices (arms, seeds, label, kwargs, ...), each over this command's flags: all groups' "
+                        "slices run as one queue under this command's --per-gpu and --stop-at")
     parser.add_argument("--dry-run", action="store_true", help="print each process's GPU and command, run nothing")
     parser.add_argument("--status", action="store_true", help="print each slice's state, run nothing")
     return parser
 
 
-def main(argv: list[str] | None = None, start: Callable[[Job, str | None, int], Process] = start_process) -> int:
-    parser = build_parser()
-    args, passed = parser.parse_known_args(argv)
-    try:
-        args.seeds = parse_seeds(args.seeds)
-        jobs = plan(args, passed)
-        slots = gpu_slots(args.gpus)
-    except ValueError as error:
-        parser.error(str(error))
+PACKING = ("--plan", "--gpus", "--per-gpu", "--threads", "--time-limit-s", "--stop-at", "--stop-margin-s",
+           "--eval-reserve-s", "--dry-run", "--status")
+"""The command's own flags, not a ``--plan`` group's: how all the groups' slices share the machine and the call."""
+
+
+def planned_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: list[str]) -> list[Job]:
+    """The command's jobs; with ``--plan``, every group's (module docstring), learning slices first over all
+    groups, each group parsed over the command's flags (``passed``, then the group's own, which win)."""
+    if args.plan is None:
+        return plan(argparse.Namespace(**{**vars(args), "seeds": parse_seeds(args.seeds)}), passed)
+    groups = json.loads(args.plan.read_text())
+    if not isinstance(groups, list) or not all(isinstance(g, list) and all(isinstance(a, str) for a in g)
+                                               for g in groups):
+        raise ValueError(f"--plan {args.plan}: expected a JSON list of argument lists (lists of strings)")
+    jobs: list[Job] = []
+    for group in groups:
+        packing = sorted({a.split("=", 1)[0] for a in group} & set(PACKING))
+        if packing:
+            raise ValueError(f"--plan {args.plan}: the group {group} sets {', '.join(packing)}: expected those on "
+                             "the command line, for every group")
+        own, own_passed = parser.parse_known_args(group, namespace=argparse.Namespace(**vars(args)))
+        jobs += plan(argparse.Namespace(**{**vars(own), "seeds": parse_seeds(own.seeds)}), [*passed, *own_passed])
+    slices = [job.slice_path for job in jobs]
+    if len(set(slices)) < len(slices):
+        twice = sorted({str(s) for s in slices if slices.count(s) > 1})
+        raise ValueError(f"--plan {args.plan}: groups that make the same slices: {twice}")
+    return sorted(jobs, key=lambda job: job.arm not in compare_agents.LEARNING_ARMS)
+
+
+def check_packing(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse packing flags that could not work (counts below 1, negative or non-finite times)."""
     if args.per_gpu < 1 or args.threads < 1:
         parser.error(f"--per-gpu {args.per_gpu}, --threads {args.threads}: expected counts >= 1")
     if args.stop_at is not None and not math.isfinite(args.stop_at):
@@ -311,6 +358,17 @@ def main(argv: list[str] | None = None, start: Callable[[Job, str | None, int], 
     for flag, value in limits:
         if not value >= 0:
             parser.error(f"{flag} {value}: expected seconds >= 0")
+
+
+def main(argv: list[str] | None = None, start: Callable[[Job, str | None, int], Process] = start_process) -> int:
+    parser = build_parser()
+    args, passed = parser.parse_known_args(argv)
+    check_packing(parser, args)
+    try:
+        jobs = planned_jobs(parser, args, passed)
+        slots = gpu_slots(args.gpus)
+    except ValueError as error:
+        parser.error(str(error))
     if args.status:
         return int(not report(jobs, {}))
     todo = [job for job in jobs if job.state() != "done"]
@@ -318,7 +376,7 @@ def main(argv: list[str] | None = None, start: Callable[[Job, str | None, int], 
           f"at most {args.per_gpu} per GPU", flush=True)
     if args.dry_run:
         for job in todo:
-            print(f"{job.arm} seed {job.seed}: python -m benchmarks.compare_agents {shlex.join(job.argv)}")
+            print(f"{job.name} seed {job.seed}: python -m benchmarks.compare_agents {shlex.join(job.argv)}")
         return 0
     deadline = None if args.stop_at is None else Deadline(args.stop_at, args.stop_margin_s, args.time_limit_s,
                                                           args.eval_reserve_s)

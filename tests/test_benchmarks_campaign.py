@@ -158,7 +158,7 @@ def test_a_tiny_campaign_runs_resumes_and_continues_a_paused_slice_on_the_cpu(tm
     assert campaign.main([*common, "--arms", "esper_agent", "static", "--seeds", "0", "1", "--label", "tiny",
                           "--time-limit-s", "0"]) == 0  # the agent pauses after one of its two updates
     out = capsys.readouterr().out
-    assert "esper_agent seed 1: paused (run the same command again" in out and "static seed 1: done" in out
+    assert "esper_agent-tiny seed 1: paused (run the same command again" in out and "static seed 1: done" in out
     folder = tmp_path / "Esper-Synthetic-v0"
     assert (folder / "esper_agent-tiny" / "seed0.ckpt").exists() and (folder / "static" / "seed1.json").exists()
     log = (tmp_path / "logs" / "Esper-Synthetic-v0" / "esper_agent-tiny-0.log").read_text()
@@ -184,3 +184,30 @@ def test_the_dry_run_prints_commands_that_run_as_they_are(tmp_path, capsys):
     args = compare_agents.parse_args(argv)
     assert args.arms == ["heuristic"] and args.seeds == [2] and args.env_kwargs == {"max_epochs": 3}
     assert not (tmp_path / "logs").exists()  # nothing ran
+
+
+def test_a_plan_file_queues_every_groups_slices_learners_first_over_the_command_lines_flags(tmp_path, capsys):
+    groups = [["--arms", "static", "heuristic"],
+              ["--arms", "esper_agent", "--label", "a", "--agent-kwargs", json.dumps({"hidden_size": 16})],
+              ["--arms", "esper_agent", "--label", "b", "--seeds", "5"]]
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(groups))
+    common = ["--plan", str(plan), "--seeds", "0", "1", "--env-kwargs", json.dumps({"max_epochs": 3}), "--gpus",
+              "--out", str(tmp_path)]
+    assert campaign.main([*common, "--dry-run"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if ": python -m" in line]
+    from benchmarks import compare_agents
+
+    parsed = [compare_agents.parse_args(shlex.split(line.split(": ", 1)[1])[3:]) for line in lines]
+    assert [(a.arms[0], a.label, a.seeds[0]) for a in parsed] == [
+        ("esper_agent", "a", 0), ("esper_agent", "a", 1), ("esper_agent", "b", 5),  # learners first, over groups
+        ("static", "", 0), ("static", "", 1), ("heuristic", "", 0), ("heuristic", "", 1)]
+    assert all(a.env_kwargs == {"max_epochs": 3} for a in parsed)  # the command line's flags reach every group
+    assert json.loads(parsed[0].agent_kwargs) == {"hidden_size": 16} and json.loads(parsed[2].agent_kwargs) == {}
+    for bad, why in (([["--arms", "static", "--per-gpu", "2"]], "sets --per-gpu"),
+                     ([["--arms", "static"], ["--arms", "static", "--seeds", "1"]], "the same slices"),
+                     ({"arms": ["static"]}, "a JSON list of argument lists")):
+        plan.write_text(json.dumps(bad))
+        with pytest.raises(SystemExit):
+            campaign.main(common)
+        assert why in capsys.readouterr().err
