@@ -27,11 +27,13 @@ earlier runs' lines).
 ``--stop-at`` (a wall-clock time in seconds since the epoch) is for machines lent by the call: every process must
 have ended by then. A learning slice started at time t pauses after ``--time-limit-s`` or ``stop_at - t -
 --stop-margin-s`` seconds of training, whichever is less, so slices queued behind others (more slices than
-``--per-gpu`` allows at once) get what is left of the call, not a full limit; with ``--eval-reserve-s`` (about
-one evaluation's seconds), one that finishes training with less than that left pauses before evaluating, and its
-next run evaluates first. A fixed arm's slice, which only evaluates, starts only while ``--eval-reserve-s`` plus
-the margin is left; slices that may not start wait for the next run of the same command. The margin covers a
-process's setup (data, envs, CUDA graphs), the update in progress when the limit passes, and saving.
+``--per-gpu`` allows at once) get what is left of the call, not a full limit. ``--stop-at`` needs
+``--eval-reserve-s``, the seconds a learning slice's whole evaluation takes (argmax, sampled, last policy; a fixed
+arm's, shorter, is covered by it too): a slice that finishes training with less than that left pauses before
+evaluating, and its next run evaluates first. No slice starts with less than the reserve plus the margin left (a
+trained learner needs the reserve, a fixed arm is all evaluation); those wait for the next run of the same
+command. The margin covers a process's setup (data, envs, CUDA graphs), the update in progress when the limit
+passes, and saving.
 
 ``--plan FILE`` runs several configurations as one queue (a sweep's, or a head-to-head's learners and fixed arms
 side by side): FILE is a JSON list of argument lists, each a group of slices as this command would take it
@@ -213,11 +215,11 @@ class Deadline:
     def left_s(self, now: float) -> float:
         return self.stop_at - now - self.margin_s
 
-    def allows(self, arm: str, now: float) -> bool:
-        """Whether a slice of ``arm`` may start ``now``: a learning one while any time is left (it trains at least
-        an update, then pauses), a fixed one, which only evaluates, while its evaluation fits."""
-        left = self.left_s(now)
-        return left > 0 if arm in compare_agents.LEARNING_ARMS else left > 0 and left >= self.eval_reserve_s
+    def allows(self, now: float) -> bool:
+        """Whether a slice may start ``now``: while more than the evaluation's reserve is left, since a fixed arm's
+        slice is all evaluation and a learning slice may have finished training and need only its evaluation
+        (with the limit at or below the reserve, it would pause before it on every run)."""
+        return self.left_s(now) > self.eval_reserve_s
 
     def limit_s(self, now: float) -> float:
         """The training time a learning slice started ``now`` may spend."""
@@ -248,7 +250,7 @@ def run_jobs(jobs: Sequence[Job], slots: Sequence[str | None], per_slot: int,
                     procs.remove((job, process))
         while pending and (free := [k for k, procs in enumerate(running) if len(procs) < per_slot]):
             job, now = pending.pop(0), clock()
-            if deadline is not None and not deadline.allows(job.arm, now):
+            if deadline is not None and not deadline.allows(now):
                 late += 1
                 continue
             slot = min(free, key=lambda k: len(running[k]))
@@ -309,7 +311,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "needs beyond its training time and its evaluation (setup, the update in progress, saving)")
     parser.add_argument("--eval-reserve-s", type=float, default=0.0, help="passed on to every learning slice (one "
                         "that finishes training with less than this left of its time limit pauses before its "
-                        "evaluation); with --stop-at, a fixed arm's slice starts only with this much left")
+                        "evaluation): a learning slice's whole evaluation, in seconds; needed with --stop-at, under "
+                        "which no slice starts with less than this (plus the margin) left")
     parser.add_argument("--plan", type=Path, default=None, help="a JSON list of argument lists, one per group of "
                         "slices (arms, seeds, label, kwargs, ...), each over this command's flags: all groups' "
                         "slices run as one queue under this command's --per-gpu and --stop-at")
@@ -328,7 +331,10 @@ def planned_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, pass
     groups, each group parsed over the command's flags (``passed``, then the group's own, which win)."""
     if args.plan is None:
         return plan(argparse.Namespace(**{**vars(args), "seeds": parse_seeds(args.seeds)}), passed)
-    groups = json.loads(args.plan.read_text())
+    try:
+        groups = json.loads(args.plan.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"--plan {args.plan}: {error}") from error
     if not isinstance(groups, list) or not all(isinstance(g, list) and all(isinstance(a, str) for a in g)
                                                for g in groups):
         raise ValueError(f"--plan {args.plan}: expected a JSON list of argument lists (lists of strings)")
@@ -358,6 +364,12 @@ def check_packing(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     for flag, value in limits:
         if not value >= 0:
             parser.error(f"{flag} {value}: expected seconds >= 0")
+    if args.stop_at is not None and not args.eval_reserve_s > 0:
+        parser.error("--stop-at without --eval-reserve-s: expected the seconds a learning slice's evaluation takes, "
+                     "or a slice that finishes training near the deadline would evaluate past it")
+    if args.eval_reserve_s and args.time_limit_s is not None and args.eval_reserve_s >= args.time_limit_s:
+        parser.error(f"--eval-reserve-s {args.eval_reserve_s} with --time-limit-s {args.time_limit_s}: expected "
+                     "less than the limit, or a trained slice would pause before its evaluation on every run")
 
 
 def main(argv: list[str] | None = None, start: Callable[[Job, str | None, int], Process] = start_process) -> int:

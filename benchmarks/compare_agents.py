@@ -28,7 +28,8 @@ keeps it until its slice is written, so a run cut short anywhere, evaluation inc
 update when the same command runs again; ``--keep-policy`` then keeps the trained policy
 (:func:`retire_saved_state`). With ``--time-limit-s``, a slice that has trained that long in this run
 stops at the next update boundary without a slice, and with ``--eval-reserve-s`` too, one that finishes training
-with less than that left of its limit stops before its evaluation (the next run evaluates at once). esper_agent
+with less than that left of its limit stops before its evaluation (the next run, whose limit is longer than the
+reserve, evaluates first). esper_agent
 continues exactly where it stopped (its envs reset from (seed, update) at every rollout: :mod:`esper_agent.trainer`);
 MaskablePPO continues its network and optimizer on fresh envs, with its env and action-sampling streams reseeded
 from (seed, host epochs so far) (its rollouts are whole episodes here, so no episode is cut). A slice continues
@@ -259,7 +260,7 @@ def slice_folder(out: Path, env: str, arm: str, label: str = "") -> Path:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.compare_agents",
-                                     description=__doc__.splitlines()[0])
+                                     description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--env", default="Esper-CIFAR10-Fast-v0")
     parser.add_argument("--env-kwargs", type=json.loads, default={}, help="JSON dict of env arguments")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), help=f"of {', '.join(ARMS)}; also 'plan:<name>', "
@@ -278,7 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "rerunning continues it (default: none)")
     parser.add_argument("--eval-reserve-s", type=float, default=0.0, help="with --time-limit-s: a learning slice "
                         "that finishes training with less than this left of its limit pauses before evaluating, and "
-                        "its next run evaluates at once (seconds; default 0: it always evaluates)")
+                        "its next run evaluates first (seconds, less than the limit: its whole evaluation, argmax, "
+                        "sampled and last policy; default 0: it always evaluates)")
     parser.add_argument("--eval-sampled", action="store_true", help="learning arms also play the evaluation "
                         "episodes with actions sampled from their policy, not its argmax (sampled_episodes)")
     parser.add_argument("--agent-kwargs", default="{}", help="JSON AgentConfig overrides for esper_agent")
@@ -320,6 +322,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--time-limit-s {args.time_limit_s}: expected a number of seconds >= 0")
     if not args.eval_reserve_s >= 0:
         parser.error(f"--eval-reserve-s {args.eval_reserve_s}: expected a number of seconds >= 0")
+    if args.eval_reserve_s and args.time_limit_s is not None and args.eval_reserve_s >= args.time_limit_s:
+        parser.error(f"--eval-reserve-s {args.eval_reserve_s} with --time-limit-s {args.time_limit_s}: expected "
+                     "less than the limit, or a trained slice would pause before its evaluation on every run")
     try:
         args.sb3_kwargs = sb3_train.check_sb3_kwargs(args.sb3_kwargs)
     except ValueError as error:

@@ -316,12 +316,12 @@ CHOOSING = ("learner", "policy")  # the kinds whose plans may depend on what the
 
 
 def plan_grids(slices: Sequence[dict], conditions: Sequence[str], steps: int, sites: Sequence[tuple[str, int]]
-               ) -> tuple[np.ndarray, np.ndarray]:
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Two matrices over ``conditions`` (rows) of an arm's germinations per evaluation episode: by episode step
-    (``steps`` columns: when) and by (blueprint, slot) (``sites`` columns: what and where). Each cell is the mean
-    over the arm's seeds that played the condition of that seed's mean, so that a difference between two rows is
-    not one seed's habit against another's (pooled episodes would show seeds that drew more of a condition as
-    the condition); 0 where no seed played it."""
+    (``steps`` columns: when) and by (blueprint, slot) (``sites`` columns: what and where), and how many seeds
+    each row rests on. Each cell is the mean over the arm's seeds that played the condition of that seed's mean,
+    so that a difference between two rows is not one seed's habit against another's (pooled episodes would show
+    seeds that drew more of a condition as the condition); NaN where no seed played it."""
     when, what = np.zeros((len(conditions), steps)), np.zeros((len(conditions), len(sites)))
     seeds = np.zeros(len(conditions))
     for slice_ in slices:
@@ -336,15 +336,16 @@ def plan_grids(slices: Sequence[dict], conditions: Sequence[str], steps: int, si
             for op in plan["ops"]:
                 if op["op"] == "germinate":
                     what[i, sites.index((op["blueprint"], op["slot"]))] += op["count"] / plan["episodes"]
-    played = np.maximum(seeds, 1)[:, None]
-    return when / played, what / played
+    played = np.where(seeds > 0, seeds, np.nan)[:, None]
+    return when / played, what / played, seeds
 
 
 def plot_plans(arms: dict[str, list[dict]], path: Path, env: str) -> bool:
     """Per learner or fixed policy (:data:`CHOOSING`; ``arms``: each row's slices, as ``compare_report`` names
     them), germinations per episode by hidden condition, the mean over seeds (:func:`plan_grids`): at each step
     (left) and per blueprint and slot (right), so that a policy that grows by the condition it is not told shows
-    as rows that differ; False (no file) when no such arm recorded its plans."""
+    as rows that differ (a blank row: no seed played that condition); False (no file) when no such arm recorded
+    its plans."""
     shown = {name: slices for name, slices in arms.items()
              if kind_of(slices[0]) in CHOOSING and has_facts(slices)}
     if not shown:
@@ -357,17 +358,18 @@ def plot_plans(arms: dict[str, list[dict]], path: Path, env: str) -> bool:
     figure = Figure(figsize=(12, 0.25 * len(conditions) * len(shown) + 1.5), dpi=100, layout="constrained")
     axes = figure.subplots(len(shown), 2, squeeze=False, width_ratios=(max(steps, 1), max(len(sites), 1)))
     for (left, right), (name, slices) in zip(axes, shown.items(), strict=True):
-        for axis, grid, labels, by in zip((left, right), plan_grids(slices, conditions, steps, sites),
+        when, what, seeds = plan_grids(slices, conditions, steps, sites)
+        rows = [f"{c} ({n:.0f})" for c, n in zip(conditions, seeds, strict=True)]  # the seeds behind each row
+        for axis, grid, labels, by in zip((left, right), (when, what),
                                           (list(range(steps)), [f"{b}@{s}" for b, s in sites]),
                                           ("episode step", "blueprint@slot"), strict=True):
             if not grid.size:  # no arm germinated anything: no blueprint@slot column to draw
                 axis.set_axis_off()
                 continue
             image = axis.imshow(grid, aspect="auto", cmap="viridis", vmin=0, interpolation="nearest")
-            axis.set_yticks(range(len(conditions)), conditions, fontsize=6)
+            axis.set_yticks(range(len(conditions)), rows, fontsize=6)
             axis.set_xticks(range(len(labels)), labels, fontsize=6, rotation=0 if by == "episode step" else 90)
-            seeds = f"{len(slices)} seed{'s' if len(slices) != 1 else ''}"
-            axis.set_title(f"{name} ({seeds}): germinations per episode, by step" if by == "episode step"
+            axis.set_title(f"{name}: germinations per episode (condition (seeds)), by step" if by == "episode step"
                            else f"by {by}", fontsize=8)
             figure.colorbar(image, ax=axis, fraction=0.03)
     figure.suptitle(f"{env}: what each choosing arm grows, and when, by hidden condition (mean over seeds)",

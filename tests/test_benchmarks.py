@@ -153,9 +153,9 @@ def test_a_paused_agent_slice_continues_exactly_where_it_stopped(tmp_path, capsy
     changed = [a if a != "18" else "24" for a in common]  # another budget: not the run that was saved
     with pytest.raises(ValueError, match="budget_epochs"):
         compare_agents.main([*changed, "--out", str(tmp_path / "paused")])
-    # the last update fits the limit, its evaluation (reserved: more than the limit) does not: trained, not evaluated
+    # the last update fits the limit, its evaluation (reserved: all but 0.01 s of it) does not: trained, not evaluated
     compare_agents.main([*common, "--out", str(tmp_path / "paused"), "--time-limit-s", "1000",
-                         "--eval-reserve-s", "1e6"])
+                         "--eval-reserve-s", "999.99"])
     assert "esper_agent seed 0: trained, paused before its evaluation" in capsys.readouterr().out
     assert (paused / "seed0.ckpt").exists() and not (paused / "seed0.json").exists()
     compare_agents.main([*common, "--out", str(tmp_path / "paused")])
@@ -238,7 +238,7 @@ def test_a_paused_maskable_slice_continues_to_its_budget(tmp_path, capsys):
     compare_agents.main([*args, "--time-limit-s", "0"])  # one rollout of 2 sub-envs x 3 steps, then it pauses
     assert "paused at 6/12 host epochs" in capsys.readouterr().out
     assert (folder / "seed0.sb3.zip").exists() and not (folder / "seed0.json").exists()
-    compare_agents.main([*args, "--time-limit-s", "1000", "--eval-reserve-s", "1e6"])  # trains on, evaluates not
+    compare_agents.main([*args, "--time-limit-s", "1000", "--eval-reserve-s", "999.99"])  # trains on, evaluates not
     out = capsys.readouterr().out
     assert "continues from 6 host epochs" in out and "trained, paused before its evaluation" in out
     assert (folder / "seed0.sb3.zip").exists() and not (folder / "seed0.json").exists()

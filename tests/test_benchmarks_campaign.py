@@ -113,14 +113,11 @@ def test_a_deadline_gives_queued_learning_slices_what_is_left_and_starts_none_to
     assert set(codes) == set(jobs[:3])  # keyed by the planned jobs, whatever limit each was started with
     assert "not started, too close to --stop-at: 1 slice(s)" in capsys.readouterr().out
     reserved = campaign.Deadline(stop_at=1000.0, margin_s=100.0, eval_reserve_s=300.0)
-    # 250 s left after the margin: a learning slice may start (it pauses before an evaluation that would not fit),
-    # a fixed arm's slice, which is all evaluation, may not
-    assert reserved.allows("esper_agent", 650.0) and not reserved.allows("static", 650.0)
-    assert reserved.allows("static", 600.0) and reserved.limit_s(650.0) == 250.0
-    assert not reserved.allows("esper_agent", 900.0)
+    # no slice starts without more than the evaluation's reserve left: a learning one may only need its evaluation
+    assert not reserved.allows(650.0) and reserved.allows(550.0) and reserved.limit_s(550.0) == 350.0
 
 
-def test_the_command_line_deadline_reaches_the_learning_slices(tmp_path):
+def test_the_command_line_deadline_reaches_the_learning_slices(tmp_path, capsys):
     import time
 
     started = []
@@ -132,8 +129,14 @@ def test_the_command_line_deadline_reaches_the_learning_slices(tmp_path):
 
     parsed = compare_agents.parse_args(list(args))  # the last --time-limit-s wins: what is left of the 1000 s
     assert 880 <= parsed.time_limit_s <= 900 and parsed.eval_reserve_s == 200
-    with pytest.raises(SystemExit):
-        campaign.main(["--arms", "static", "--gpus", "--stop-at", "nan", "--out", str(tmp_path)])
+    for bad, why in ((["--stop-at", "nan", "--eval-reserve-s", "1"], "expected a time in seconds"),
+                     (["--stop-at", "1e12"], "--stop-at without --eval-reserve-s"),
+                     (["--eval-reserve-s", "60", "--time-limit-s", "60"], "expected less than the limit")):
+        with pytest.raises(SystemExit):
+            campaign.main(["--arms", "static", "--gpus", *bad, "--out", str(tmp_path)])
+        assert why in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # the slice's own parser says the same
+        compare_agents.parse_args(["--time-limit-s", "10", "--eval-reserve-s", "10"])
 
 
 def test_gpus_are_torch_indices_mapped_through_cuda_visible_devices(monkeypatch):
@@ -192,8 +195,10 @@ def test_a_plan_file_queues_every_groups_slices_learners_first_over_the_command_
               ["--arms", "esper_agent", "--label", "b", "--seeds", "5"]]
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(groups))
+    groups[2] += ["--budget-epochs", "7"]  # a compare_agents flag: the group's wins over the command line's
+    plan.write_text(json.dumps(groups))
     common = ["--plan", str(plan), "--seeds", "0", "1", "--env-kwargs", json.dumps({"max_epochs": 3}), "--gpus",
-              "--out", str(tmp_path)]
+              "--budget-epochs", "99", "--out", str(tmp_path)]
     assert campaign.main([*common, "--dry-run"]) == 0
     lines = [line for line in capsys.readouterr().out.splitlines() if ": python -m" in line]
     from benchmarks import compare_agents
@@ -203,11 +208,16 @@ def test_a_plan_file_queues_every_groups_slices_learners_first_over_the_command_
         ("esper_agent", "a", 0), ("esper_agent", "a", 1), ("esper_agent", "b", 5),  # learners first, over groups
         ("static", "", 0), ("static", "", 1), ("heuristic", "", 0), ("heuristic", "", 1)]
     assert all(a.env_kwargs == {"max_epochs": 3} for a in parsed)  # the command line's flags reach every group
+    assert [a.budget_epochs for a in parsed] == [99, 99, 7, 99, 99, 99, 99]
     assert json.loads(parsed[0].agent_kwargs) == {"hidden_size": 16} and json.loads(parsed[2].agent_kwargs) == {}
     for bad, why in (([["--arms", "static", "--per-gpu", "2"]], "sets --per-gpu"),
                      ([["--arms", "static"], ["--arms", "static", "--seeds", "1"]], "the same slices"),
-                     ({"arms": ["static"]}, "a JSON list of argument lists")):
-        plan.write_text(json.dumps(bad))
+                     ({"arms": ["static"]}, "a JSON list of argument lists"),
+                     (None, "No such file")):
+        if bad is None:
+            plan.unlink()
+        else:
+            plan.write_text(json.dumps(bad))
         with pytest.raises(SystemExit):
             campaign.main(common)
         assert why in capsys.readouterr().err

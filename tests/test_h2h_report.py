@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from benchmarks import compare_report, h2h_report
@@ -79,12 +80,15 @@ def test_the_report_gives_cost_horizon_plans_and_the_frontier_per_arm(tmp_path):
     assert "- static, pool5k (2 episodes, 0.00 germinations each): WAIT only; germinations at steps none" in section
     assert (folder / "accuracy-flops.png").stat().st_size > 0 and (folder / "plans.png").stat().st_size > 0
     agent = compare_report.load_slices(folder)["esper_agent"]
-    agent[1]["episodes"][0]["ops"] = []  # seed 1 does not grow on full: 1 germination there for seed 0, 0 for seed 1
-    when, what = h2h_report.plan_grids(agent, ["full", "missing", "pool5k"], 3, [("widen_s", 0), ("widen_s", 1)])
-    # per seed, then the mean over seeds: at step 0, widen_s in slot 0
-    assert when.tolist() == [[0.5, 0, 0], [0, 0, 0], [1, 0, 0]] and what.tolist() == [[0.5, 0], [0, 0], [1, 0]]
-    one_seed = [{**agent[0], "episodes": agent[0]["episodes"] * 3}]  # three episodes of each: still 1 per episode
-    assert h2h_report.plan_grids(one_seed, ["full"], 1, [("widen_s", 0)])[0].tolist() == [[1.0]]
+    full = agent[0]["episodes"][0]
+    # seed 0: three episodes of full, one grows (1/3 per episode); seed 1: one episode of full, not growing (0)
+    agent[0]["episodes"] = [full, {**full, "ops": []}, {**full, "ops": []}, agent[0]["episodes"][1]]
+    agent[1]["episodes"][0]["ops"] = []
+    when, what, seeds = h2h_report.plan_grids(agent, ["full", "missing", "pool5k"], 3,
+                                              [("widen_s", 0), ("widen_s", 1)])
+    # per seed, then the mean over seeds (1/6), not over pooled episodes (1/4); blank where no seed played
+    assert when[0].tolist() == pytest.approx([1 / 6, 0, 0]) and what[0].tolist() == pytest.approx([1 / 6, 0])
+    assert np.isnan(when[1]).all() and when[2].tolist() == [1, 0, 0] and seeds.tolist() == [2, 0, 2]
 
 
 def test_the_frontier_the_horizon_line_and_slices_without_facts():
