@@ -238,8 +238,8 @@ def run_jobs(jobs: Sequence[Job], slots: Sequence[str | None], per_slot: int,
              start: Callable[[Job, str | None], Process], poll_s: float = POLL_S, deadline: Deadline | None = None,
              clock: Callable[[], float] = time.time) -> dict[Job, int]:
     """Start the jobs in order, each on the slot (GPU) running the fewest (the first of those), never more than
-    ``per_slot`` on one, none once ``deadline`` leaves too little time (those stay pending); wait for all that
-    started; their exit codes."""
+    ``per_slot`` on one, none once ``deadline`` leaves too little time (those are counted and left for the next
+    run); wait for all that started; their exit codes."""
     pending, running, late = list(jobs), [[] for _ in slots], 0
     codes: dict[Job, int] = {}
     while pending or any(running):
