@@ -355,7 +355,8 @@ def plot_plans(arms: dict[str, list[dict]], path: Path, env: str) -> bool:
     steps = 1 + max((int(s) for p in pooled for c in p.values() for s in c["germinations_at"]), default=0)
     sites = sorted({(o["blueprint"], o["slot"]) for p in pooled for c in p.values() for o in c["ops"]
                     if o["op"] == "germinate"}, key=lambda site: (site[1], str(site[0])))
-    figure = Figure(figsize=(12, 0.25 * len(conditions) * len(shown) + 1.5), dpi=100, layout="constrained")
+    # each arm's panels: its conditions' rows plus room for the title and the step or blueprint@slot labels
+    figure = Figure(figsize=(12, len(shown) * (0.25 * len(conditions) + 1.6) + 0.4), dpi=100, layout="constrained")
     axes = figure.subplots(len(shown), 2, squeeze=False, width_ratios=(max(steps, 1), max(len(sites), 1)))
     for (left, right), (name, slices) in zip(axes, shown.items(), strict=True):
         when, what, seeds = plan_grids(slices, conditions, steps, sites)
