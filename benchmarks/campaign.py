@@ -39,7 +39,8 @@ passes, and saving.
 side by side): FILE is a JSON list of argument lists, each a group of slices as this command would take it
 (``["--arms", "esper_agent", "--label", "b", "--agent-kwargs", "{...}"]``), parsed over the command line's own
 flags (which a group may override, except :data:`PACKING`, the command's alone); every group's learning slices
-start before any fixed arm's, and ``--per-gpu`` caps them all together. Two groups may not make the same slice.
+start before any fixed arm's, and ``--per-gpu`` caps them all together. No slice may be made twice (by two groups,
+or by an arm or seed named twice); an error in a group names it.
 
     python -m benchmarks.campaign --preset cifar10-fast-budget --arms esper_agent heuristic --seeds 0-15 \\
         --out benchmarks/results/compare_val5k --eval-episodes 48 --eval-sampled --per-gpu 2 --threads 4
@@ -64,16 +65,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, NoReturn
 
 import gymnasium as gym
-import torch
 
-from benchmarks import compare_agents
+from benchmarks import compare_agents, scheduler
+from benchmarks.scheduler import Deadline, Process, gpu_slots
 from esper_env.config import EnvConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-POLL_S = 2.0  # seconds between checks for a finished process: slices take minutes
 
 
 @dataclass(frozen=True)
@@ -101,10 +101,6 @@ class Job:
             return "done"
         return "paused" if any(p.exists() for p in compare_agents.saved_state(self.arm, self.seed, self.folder)) \
             else "to run"
-
-
-class Process(Protocol):
-    def poll(self) -> int | None: ...
 
 
 def parse_seeds(texts: Sequence[str]) -> list[int]:
@@ -173,21 +169,6 @@ def plan(args: argparse.Namespace, passed: list[str]) -> list[Job]:
     return jobs
 
 
-def gpu_slots(gpus: list[int] | None) -> list[str | None]:
-    """The ``CUDA_VISIBLE_DEVICES`` of each GPU a process may go to: ``gpus`` are torch's indices, mapped through
-    this process's own ``CUDA_VISIBLE_DEVICES`` when it has one; ``[None]`` (leave it as it is) without a GPU."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    names = [v.strip() for v in visible.split(",") if v.strip()] if visible is not None else None
-    count = len(names) if names is not None else torch.cuda.device_count()
-    chosen = list(range(count)) if gpus is None else gpus
-    wrong = [g for g in chosen if not 0 <= g < count]
-    if wrong:
-        raise ValueError(f"--gpus {wrong}: this machine shows {count} GPU(s) (indices 0 to {count - 1})")
-    if not chosen:
-        return [None]
-    return [names[g] if names is not None else str(g) for g in chosen]
-
-
 def start_process(job: Job, gpu: str | None, threads: int) -> subprocess.Popen:
     """``python -m benchmarks.compare_agents`` for one job on one GPU, its output appended to the job's log."""
     env = os.environ | {"OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
@@ -202,31 +183,6 @@ def start_process(job: Job, gpu: str | None, threads: int) -> subprocess.Popen:
         return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
-@dataclass(frozen=True)
-class Deadline:
-    """``--stop-at`` and ``--stop-margin-s`` (module docstring), with ``--time-limit-s`` and ``--eval-reserve-s``
-    as given."""
-
-    stop_at: float
-    margin_s: float
-    time_limit_s: float | None = None
-    eval_reserve_s: float = 0.0
-
-    def left_s(self, now: float) -> float:
-        return self.stop_at - now - self.margin_s
-
-    def allows(self, now: float) -> bool:
-        """Whether a slice may start ``now``: while more than the evaluation's reserve is left, since a fixed arm's
-        slice is all evaluation and a learning slice may have finished training and need only its evaluation
-        (with the limit at or below the reserve, it would pause before it on every run)."""
-        return self.left_s(now) > self.eval_reserve_s
-
-    def limit_s(self, now: float) -> float:
-        """The training time a learning slice started ``now`` may spend."""
-        left = self.left_s(now)
-        return left if self.time_limit_s is None else min(left, self.time_limit_s)
-
-
 def timed(job: Job, limit_s: float) -> Job:
     """``job`` with its training capped at ``limit_s`` (argparse keeps the last ``--time-limit-s``)."""
     if job.arm not in compare_agents.LEARNING_ARMS:
@@ -235,33 +191,9 @@ def timed(job: Job, limit_s: float) -> Job:
 
 
 def run_jobs(jobs: Sequence[Job], slots: Sequence[str | None], per_slot: int,
-             start: Callable[[Job, str | None], Process], poll_s: float = POLL_S, deadline: Deadline | None = None,
-             clock: Callable[[], float] = time.time) -> dict[Job, int]:
-    """Start the jobs in order, each on the slot (GPU) running the fewest (the first of those), never more than
-    ``per_slot`` on one, none once ``deadline`` leaves too little time (those are counted and left for the next
-    run); wait for all that started; their exit codes."""
-    pending, running, late = list(jobs), [[] for _ in slots], 0
-    codes: dict[Job, int] = {}
-    while pending or any(running):
-        for procs in running:
-            for job, process in list(procs):
-                if (code := process.poll()) is not None:
-                    codes[job] = code
-                    procs.remove((job, process))
-        while pending and (free := [k for k, procs in enumerate(running) if len(procs) < per_slot]):
-            job, now = pending.pop(0), clock()
-            if deadline is not None and not deadline.allows(now):
-                late += 1
-                continue
-            slot = min(free, key=lambda k: len(running[k]))
-            running[slot].append((job, start(job if deadline is None else timed(job, deadline.limit_s(now)),
-                                             slots[slot])))
-            print(f"started {job.name} seed {job.seed} on GPU {slots[slot]} (log {job.log})", flush=True)
-        if any(running):
-            time.sleep(poll_s)
-    if late:
-        print(f"not started, too close to --stop-at: {late} slice(s); run the same command again", flush=True)
-    return codes
+             start: Callable[[Job, str | None], Process], **kwargs: Any) -> dict[Job, int]:
+    """:func:`benchmarks.scheduler.run_jobs` with each learning slice's training capped by the deadline."""
+    return scheduler.run_jobs(jobs, slots, per_slot, start, limit=timed, **kwargs)
 
 
 def report(jobs: Sequence[Job], codes: dict[Job, int]) -> bool:
@@ -330,7 +262,9 @@ def planned_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, pass
     """The command's jobs; with ``--plan``, every group's (module docstring), learning slices first over all
     groups, each group parsed over the command's flags (``passed``, then the group's own, which win)."""
     if args.plan is None:
-        return plan(argparse.Namespace(**{**vars(args), "seeds": parse_seeds(args.seeds)}), passed)
+        jobs = plan(argparse.Namespace(**{**vars(args), "seeds": parse_seeds(args.seeds)}), passed)
+        refuse_twice(jobs, "--arms or --seeds name a slice twice (expected each arm and seed once)")
+        return jobs
     try:
         groups = json.loads(args.plan.read_text())
     except (OSError, json.JSONDecodeError) as error:
@@ -338,19 +272,39 @@ def planned_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, pass
     if not isinstance(groups, list) or not all(isinstance(g, list) and all(isinstance(a, str) for a in g)
                                                for g in groups):
         raise ValueError(f"--plan {args.plan}: expected a JSON list of argument lists (lists of strings)")
-    jobs: list[Job] = []
-    for group in groups:
-        packing = sorted({a.split("=", 1)[0] for a in group} & set(PACKING))
-        if packing:
-            raise ValueError(f"--plan {args.plan}: the group {group} sets {', '.join(packing)}: expected those on "
-                             "the command line, for every group")
+    jobs = [job for number, group in enumerate(groups, 1) for job in group_jobs(parser, args, passed, number, group)]
+    refuse_twice(jobs, f"--plan {args.plan}: groups that make the same slices")
+    return sorted(jobs, key=lambda job: job.arm not in compare_agents.LEARNING_ARMS)
+
+
+def group_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, passed: list[str], number: int,
+               group: list[str]) -> list[Job]:
+    """One ``--plan`` group's jobs, parsed over the command's flags; any error names the group."""
+    where = f"--plan {args.plan}, group {number} {group}"
+    packing = sorted({a.split("=", 1)[0] for a in group} & set(PACKING))
+    if packing:
+        raise ValueError(f"{where} sets {', '.join(packing)}: expected those on the command line, for every group")
+
+    def refuse(message: str) -> NoReturn:
+        raise ValueError(f"{where}: {message}")
+
+    exit_with_usage, parser.error = parser.error, refuse  # argparse reports through self.error
+    try:
         own, own_passed = parser.parse_known_args(group, namespace=argparse.Namespace(**vars(args)))
-        jobs += plan(argparse.Namespace(**{**vars(own), "seeds": parse_seeds(own.seeds)}), [*passed, *own_passed])
+        return plan(argparse.Namespace(**{**vars(own), "seeds": parse_seeds(own.seeds)}), [*passed, *own_passed])
+    except ValueError as error:
+        raise ValueError(str(error) if str(error).startswith(where) else f"{where}: {error}") from error
+    except SystemExit as error:  # compare_agents' own parser, which checks the arms, has printed why
+        raise ValueError(f"{where}: refused by compare_agents' parsing (its message above)") from error
+    finally:
+        parser.error = exit_with_usage
+
+
+def refuse_twice(jobs: Sequence[Job], what: str) -> None:
+    """Refuse jobs that would make one slice twice (two processes would write the same files)."""
     slices = [job.slice_path for job in jobs]
     if len(set(slices)) < len(slices):
-        twice = sorted({str(s) for s in slices if slices.count(s) > 1})
-        raise ValueError(f"--plan {args.plan}: groups that make the same slices: {twice}")
-    return sorted(jobs, key=lambda job: job.arm not in compare_agents.LEARNING_ARMS)
+        raise ValueError(f"{what}: {sorted({str(s) for s in slices if slices.count(s) > 1})}")
 
 
 def check_packing(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -149,9 +149,9 @@ def shard_argv(argv: Sequence[str]) -> list[str]:
 def launch(argv: Sequence[str], out: Path, processes: int, per_gpu: int,
            start: Callable[[ShardJob, str | None], Any] | None = None) -> int:
     """Play the screen as ``processes`` shards (``--shard i/processes``), each in its own process writing
-    ``<out stem>-<i><suffix>`` beside ``out``, at most ``per_gpu`` on each visible GPU (``benchmarks.campaign``'s
-    scheduler). Rerun the same command to resume: each shard skips what its slice holds. 0 when all succeeded."""
-    from benchmarks.campaign import gpu_slots, run_jobs
+    ``<out stem>-<i><suffix>`` beside ``out``, at most ``per_gpu`` on each visible GPU (:mod:`benchmarks.scheduler`).
+    Rerun the same command to resume: each shard skips what its slice holds. 0 when all succeeded."""
+    from benchmarks.scheduler import gpu_slots, run_jobs
 
     if processes < 1 or per_gpu < 1:
         raise ValueError(f"--processes {processes}, --per-gpu {per_gpu}; expected both >= 1")

@@ -139,6 +139,13 @@ def test_the_command_line_deadline_reaches_the_learning_slices(tmp_path, capsys)
         compare_agents.parse_args(["--time-limit-s", "10", "--eval-reserve-s", "10"])
 
 
+def test_an_arm_named_twice_is_refused_before_anything_runs(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        campaign.main(["--arms", "static", "heuristic", "static", "--seeds", "0", "--out", str(tmp_path),
+                       "--gpus", "--dry-run"])
+    assert "name a slice twice" in capsys.readouterr().err and not list(tmp_path.iterdir())
+
+
 def test_gpus_are_torch_indices_mapped_through_cuda_visible_devices(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
     assert campaign.gpu_slots([0, 2]) == ["4", "6"] and campaign.gpu_slots(None) == ["4", "5", "6"]
@@ -210,8 +217,13 @@ def test_a_plan_file_queues_every_groups_slices_learners_first_over_the_command_
     assert all(a.env_kwargs == {"max_epochs": 3} for a in parsed)  # the command line's flags reach every group
     assert [a.budget_epochs for a in parsed] == [99, 99, 7, 99, 99, 99, 99]
     assert json.loads(parsed[0].agent_kwargs) == {"hidden_size": 16} and json.loads(parsed[2].agent_kwargs) == {}
-    for bad, why in (([["--arms", "static", "--per-gpu", "2"]], "sets --per-gpu"),
+    for bad, why in (([["--arms", "static", "--per-gpu", "2"]], "group 1 ['--arms', 'static', '--per-gpu', '2'] "
+                                                                 "sets --per-gpu"),
                      ([["--arms", "static"], ["--arms", "static", "--seeds", "1"]], "the same slices"),
+                     ([["--arms", "static"], ["--arms", "nonsense"]], "group 2 ['--arms', 'nonsense']: refused"),
+                     ([["--arms", "static"], ["--arms", "static", "--label"]],
+                      "group 2 ['--arms', 'static', '--label']: argument --label: expected one argument"),
+                     ([["--arms", "static"], ["--arms", "static", "--seeds", "x"]], "group 2 "),
                      ({"arms": ["static"]}, "a JSON list of argument lists"),
                      (None, "No such file")):
         if bad is None:
