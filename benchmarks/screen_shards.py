@@ -114,17 +114,13 @@ def shard_jobs(arms: Sequence[Arm], conditions: Sequence[str], seeds: Sequence[i
 @dataclass(frozen=True)
 class ShardJob:
     """One shard of a launched screen: its process writes ``out`` and logs to ``log``
-    (``benchmarks.campaign.run_jobs`` names a job by ``name`` and ``seed``, and reads its ``arm``)."""
+    (``benchmarks.scheduler.run_jobs`` names a job by ``name`` and ``seed`` and prints its ``log``)."""
 
     seed: int  # the shard's index
     count: int
     out: Path
     log: Path
-    arm: str = "shard"
-
-    @property
-    def name(self) -> str:
-        return self.arm
+    name: str = "shard"
 
 
 ROOT = Path(__file__).resolve().parents[1]
