@@ -6,21 +6,24 @@
 # How it runs there: this file, plan-learners.json and plan-fixed.json are copied to .stage/ (call_h2h.sh,
 # h2h_learners.json, h2h_fixed.json) with screen/Esper-CIFAR10-v0/summary.json as .stage/screen-v0-summary.json,
 # the CIFAR-10 shards in .stage/cifar and the commit in .stage/sha, since a call carries 64 MiB and
-# benchmarks/results does not fit. Finished slices are copied from .stage/h2h into this folder.
-# Usage: bash .stage/call_h2h.sh END_S LEARNERS_PER_GPU FIXED_PER_GPU EVAL_RESERVE_S
+# benchmarks/results does not fit. The shards take three calls (two 27-MiB shards each, with the .whl wheels in the
+# first); the state (.stage/h2h, the paused learners' checkpoints) goes with the first run call, not with a shard
+# call, which it would push past 64 MiB. Finished slices are copied from .stage/h2h into this folder.
+# Usage: bash .stage/call_h2h.sh END_S LEARNERS_PER_GPU FIXED_PER_GPU EVAL_RESERVE_S [FIXED_RESERVE_S]
+# (the reserves: a learner's whole evaluation, 48 episodes; a fixed arm's, 24, which defaults to the first)
 set -u
 export ESPER_DATA_DIR=$PWD/.stage/cifar ESPER_GIT_COMMIT=$(cat .stage/sha) ESPER_GIT_DIRTY=0
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 stop=$(( $(date +%s) + $1 ))
-common="--env Esper-CIFAR10-v0 --eval-episodes 24 --out .stage/h2h --threads 3 --stop-at $stop --stop-margin-s 60 --eval-reserve-s $4"
+common="--env Esper-CIFAR10-v0 --eval-episodes 24 --out .stage/h2h --threads 3 --stop-at $stop --stop-margin-s 60"
 (while sleep 60; do nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader; done) > "$OUT/gpu.log" &
 mon=$!
 timeout $(( $1 + 15 )) python -m benchmarks.campaign --plan .stage/h2h_learners.json $common --budget-epochs 8000 \
-    --eval-sampled --per-gpu "$2" > "$OUT/learners.log" 2>&1 &
+    --eval-sampled --per-gpu "$2" --eval-reserve-s "$4" > "$OUT/learners.log" 2>&1 &
 a=$!
 if [ "$3" -gt 0 ]; then
   timeout $(( $1 + 5 )) python -m benchmarks.campaign --plan .stage/h2h_fixed.json $common --per-gpu "$3" \
-      --oracle-from .stage/screen-v0-summary.json > "$OUT/fixed.log" 2>&1
+      --eval-reserve-s "${5:-$4}" --oracle-from .stage/screen-v0-summary.json > "$OUT/fixed.log" 2>&1
 fi
 wait $a
 kill $mon
