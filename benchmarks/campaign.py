@@ -263,7 +263,7 @@ def planned_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, pass
     groups, each group parsed over the command's flags (``passed``, then the group's own, which win)."""
     if args.plan is None:
         jobs = plan(argparse.Namespace(**{**vars(args), "seeds": parse_seeds(args.seeds)}), passed)
-        refuse_twice(jobs, "--arms or --seeds name a slice twice (expected each arm and seed once)")
+        refuse_twice(jobs, "--arms names an arm twice (expected each arm once)")
         return jobs
     try:
         groups = json.loads(args.plan.read_text())
@@ -273,7 +273,7 @@ def planned_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, pass
                                                for g in groups):
         raise ValueError(f"--plan {args.plan}: expected a JSON list of argument lists (lists of strings)")
     jobs = [job for number, group in enumerate(groups, 1) for job in group_jobs(parser, args, passed, number, group)]
-    refuse_twice(jobs, f"--plan {args.plan}: groups that make the same slices")
+    refuse_twice(jobs, f"--plan {args.plan}: slices made twice (by two groups, or by an arm named twice in one)")
     return sorted(jobs, key=lambda job: job.arm not in compare_agents.LEARNING_ARMS)
 
 
@@ -284,6 +284,9 @@ def group_jobs(parser: argparse.ArgumentParser, args: argparse.Namespace, passed
     packing = sorted({a.split("=", 1)[0] for a in group} & set(PACKING))
     if packing:
         raise ValueError(f"{where} sets {', '.join(packing)}: expected those on the command line, for every group")
+    if {"-h", "--help"} & set(group):
+        raise ValueError(f"{where} asks for help: expected a configuration's arguments (python -m benchmarks.campaign "
+                         "--help and python -m benchmarks.compare_agents --help list them)")
 
     def refuse(message: str) -> NoReturn:
         raise ValueError(f"{where}: {message}")

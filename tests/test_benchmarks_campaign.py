@@ -143,7 +143,7 @@ def test_an_arm_named_twice_is_refused_before_anything_runs(tmp_path, capsys):
     with pytest.raises(SystemExit):
         campaign.main(["--arms", "static", "heuristic", "static", "--seeds", "0", "--out", str(tmp_path),
                        "--gpus", "--dry-run"])
-    assert "name a slice twice" in capsys.readouterr().err and not list(tmp_path.iterdir())
+    assert "--arms names an arm twice" in capsys.readouterr().err and not list(tmp_path.iterdir())
 
 
 def test_gpus_are_torch_indices_mapped_through_cuda_visible_devices(monkeypatch):
@@ -219,11 +219,14 @@ def test_a_plan_file_queues_every_groups_slices_learners_first_over_the_command_
     assert json.loads(parsed[0].agent_kwargs) == {"hidden_size": 16} and json.loads(parsed[2].agent_kwargs) == {}
     for bad, why in (([["--arms", "static", "--per-gpu", "2"]], "group 1 ['--arms', 'static', '--per-gpu', '2'] "
                                                                  "sets --per-gpu"),
-                     ([["--arms", "static"], ["--arms", "static", "--seeds", "1"]], "the same slices"),
+                     ([["--arms", "static"], ["--arms", "static", "--seeds", "1"]], "slices made twice"),
                      ([["--arms", "static"], ["--arms", "nonsense"]], "group 2 ['--arms', 'nonsense']: refused"),
                      ([["--arms", "static"], ["--arms", "static", "--label"]],
                       "group 2 ['--arms', 'static', '--label']: argument --label: expected one argument"),
-                     ([["--arms", "static"], ["--arms", "static", "--seeds", "x"]], "group 2 "),
+                     ([["--arms", "static"], ["--arms", "static", "--seeds", "x"]], "group 2 ['--arms', 'static', "
+                                                                                   "'--seeds', 'x']: seed 'x'"),
+                     ([["--arms", "static", "--help"]], "group 1 ['--arms', 'static', '--help'] asks for help"),
+                     ([["--arms", "static", "static"]], "slices made twice"),
                      ({"arms": ["static"]}, "a JSON list of argument lists"),
                      (None, "No such file")):
         if bad is None:

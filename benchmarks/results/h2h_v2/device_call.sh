@@ -2,13 +2,16 @@
 # One device call of the head-to-head's final runs on Esper-CIFAR10-v0 (benchmarks/results/h2h_v2/DECLARED.md):
 # the learners (.stage/h2h_learners.json, seed-major: seed 0 of every learner first) and the fixed arms
 # (.stage/h2h_fixed.json) as two campaigns side by side, so fixed arms progress while learners train. State in
-# .stage/h2h (carry it to a fresh machine), back as $OUT/h2h-small.tgz and $OUT/h2h-ckpt.tgz.
+# .stage/h2h (carry it to a fresh machine), back as $OUT/h2h-small.tgz.part-* and $OUT/h2h-ckpt.tgz.part-*.
 # How it runs there: this file, plan-learners.json and plan-fixed.json are copied to .stage/ (call_h2h.sh,
 # h2h_learners.json, h2h_fixed.json) with screen/Esper-CIFAR10-v0/summary.json as .stage/screen-v0-summary.json,
 # the CIFAR-10 shards in .stage/cifar and the commit in .stage/sha, since a call carries 64 MiB and
 # benchmarks/results does not fit. The shards take three calls (two 27-MiB shards each, with the .whl wheels in the
 # first); the state (.stage/h2h, the paused learners' checkpoints) goes with the first run call, not with a shard
 # call, which it would push past 64 MiB. Finished slices are copied from .stage/h2h into this folder.
+# Write .stage/sha (git rev-parse HEAD) and carry it on every run call: the slices record it as their code.
+# The state comes back as 15-MiB parts (a file back from $OUT may hold 16 MiB), unpacked here with
+# cat h2h-small.tgz.part-* | tar xz -C .stage; cat h2h-ckpt.tgz.part-* | tar xz -C .stage
 # Usage: bash .stage/call_h2h.sh END_S LEARNERS_PER_GPU FIXED_PER_GPU EVAL_RESERVE_S [FIXED_RESERVE_S]
 # (the reserves: a learner's whole evaluation, 48 episodes; a fixed arm's, 24, which defaults to the first)
 set -u
@@ -16,20 +19,27 @@ export ESPER_DATA_DIR=$PWD/.stage/cifar ESPER_GIT_COMMIT=$(cat .stage/sha) ESPER
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 stop=$(( $(date +%s) + $1 ))
 common="--env Esper-CIFAR10-v0 --eval-episodes 24 --out .stage/h2h --threads 3 --stop-at $stop --stop-margin-s 60"
-(while sleep 60; do nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader; done) > "$OUT/gpu.log" &
+nvidia-smi --query-gpu=timestamp,index,memory.used,utilization.gpu --format=csv,noheader -l 60 > "$OUT/gpu.log" &
 mon=$!
 timeout $(( $1 + 15 )) python -m benchmarks.campaign --plan .stage/h2h_learners.json $common --budget-epochs 8000 \
     --eval-sampled --per-gpu "$2" --eval-reserve-s "$4" > "$OUT/learners.log" 2>&1 &
 a=$!
+fixed_rc=0
 if [ "$3" -gt 0 ]; then
   timeout $(( $1 + 5 )) python -m benchmarks.campaign --plan .stage/h2h_fixed.json $common --per-gpu "$3" \
       --eval-reserve-s "${5:-$4}" --oracle-from .stage/screen-v0-summary.json > "$OUT/fixed.log" 2>&1
+  fixed_rc=$?
 fi
 wait $a
+learners_rc=$?
 kill $mon
 tail -n 12 "$OUT/learners.log"; tail -n 12 "$OUT/fixed.log" 2>/dev/null
 for f in .stage/h2h/logs/*/*.log; do echo "$f: $(tail -n 1 "$f")"; done
 cat "$OUT/gpu.log"
-tar czf "$OUT/h2h-small.tgz" --exclude='*.ckpt' --exclude='*.pkl' --exclude='*.zip' --exclude='*.png' -C .stage h2h
-(cd .stage && find h2h \( -name '*.ckpt' -o -name '*.pkl' -o -name '*.zip' -o -name '*.curve.json' \) -print0 | tar czf "$OUT/h2h-ckpt.tgz" --null -T -)
+tar cz --exclude='*.ckpt' --exclude='*.pkl' --exclude='*.zip' --exclude='*.png' -C .stage h2h \
+    | split -b 15M - "$OUT/h2h-small.tgz.part-"
+(cd .stage && find h2h \( -name '*.ckpt' -o -name '*.pkl' -o -name '*.zip' -o -name '*.curve.json' \) -print0 \
+    | tar cz --null -T - | split -b 15M - "$OUT/h2h-ckpt.tgz.part-")
 ls -la "$OUT"
+echo "exit codes: learners $learners_rc, fixed $fixed_rc (124: stopped by timeout)"
+[ "$learners_rc" -eq 0 ] && [ "$fixed_rc" -eq 0 ]
