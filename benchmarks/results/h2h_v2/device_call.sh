@@ -12,6 +12,7 @@
 # Write .stage/sha (git rev-parse HEAD) and carry it on every run call: the slices record it as their code.
 # The state comes back as 15-MiB parts (a file back from $OUT may hold 16 MiB), unpacked here with
 # cat h2h-small.tgz.part-* | tar xz -C .stage; cat h2h-ckpt.tgz.part-* | tar xz -C .stage
+# After the call: bash benchmarks/results/h2h_v2/collect.sh /work/.device/<call>, then commit.
 # Usage: bash .stage/call_h2h.sh END_S LEARNERS_PER_GPU FIXED_PER_GPU EVAL_RESERVE_S [FIXED_RESERVE_S]
 # (the reserves: a learner's whole evaluation, 48 episodes; a fixed arm's, 24, which defaults to the first)
 set -u

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# After a device call of device_call.sh: unpack the state it returned into .stage/h2h (the previous state is
+# replaced only once the new one unpacked), then copy every finished slice (seed<N>.json, its records, its log)
+# into this folder, printing the ones not here before. Run from the repository's root.
+# Usage: bash benchmarks/results/h2h_v2/collect.sh /work/.device/<call>
+set -euo pipefail
+src=$1 env=Esper-CIFAR10-v0 dest=benchmarks/results/h2h_v2
+rm -rf .stage/h2h-new && mkdir -p .stage/h2h-new
+cat "$src"/h2h-small.tgz.part-* | tar xz -C .stage/h2h-new
+cat "$src"/h2h-ckpt.tgz.part-* | tar xz -C .stage/h2h-new
+rm -rf .stage/h2h && mv .stage/h2h-new/h2h .stage/h2h && rmdir .stage/h2h-new
+for slice in .stage/h2h/"$env"/*/seed*.json; do
+  [[ $slice == *.curve.json ]] && continue
+  folder=$(basename "$(dirname "$slice")") seed=$(basename "$slice" .json)
+  mkdir -p "$dest/$env/$folder" "$dest/logs/$env"
+  [ -e "$dest/$env/$folder/$seed.json" ] || echo "new: $folder $seed"
+  cp "$slice" "${slice%.json}-records.json.gz" "$dest/$env/$folder/"
+  cp ".stage/h2h/logs/$env/$folder-${seed#seed}.log" "$dest/logs/$env/"
+done
