@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # After a device call of device_call.sh: unpack the state it returned into .stage/h2h (the previous state is
 # replaced only once the new one unpacked), then copy every finished slice (seed<N>.json, its records, its log)
-# into this folder, printing the ones not here before. Run from the repository's root.
+# into this folder, printing the ones not here before. The records move (the campaign needs only seed<N>.json to
+# skip a finished slice), so the state carried to the next machine stays small. Run from the repository's root.
 # Usage: bash benchmarks/results/h2h_v2/collect.sh /work/.device/<call>
 set -euo pipefail
 src=$1 env=Esper-CIFAR10-v0 dest=benchmarks/results/h2h_v2
@@ -11,9 +12,10 @@ cat "$src"/h2h-ckpt.tgz.part-* | tar xz -C .stage/h2h-new
 rm -rf .stage/h2h && mv .stage/h2h-new/h2h .stage/h2h && rmdir .stage/h2h-new
 for slice in .stage/h2h/"$env"/*/seed*.json; do
   [[ $slice == *.curve.json ]] && continue
-  folder=$(basename "$(dirname "$slice")") seed=$(basename "$slice" .json)
+  folder=$(basename "$(dirname "$slice")") seed=$(basename "$slice" .json) records=${slice%.json}-records.json.gz
+  [ -e "$records" ] || continue  # collected before: its records were moved into this folder then
   mkdir -p "$dest/$env/$folder" "$dest/logs/$env"
   [ -e "$dest/$env/$folder/$seed.json" ] || echo "new: $folder $seed"
-  cp "$slice" "${slice%.json}-records.json.gz" "$dest/$env/$folder/"
-  cp ".stage/h2h/logs/$env/$folder-${seed#seed}.log" "$dest/logs/$env/"
+  cp "$slice" "$dest/$env/$folder/" && cp ".stage/h2h/logs/$env/$folder-${seed#seed}.log" "$dest/logs/$env/"
+  mv "$records" "$dest/$env/$folder/"  # the state carried to the next machine stays small; seed<N>.json stays
 done
