@@ -40,7 +40,7 @@ side by side): FILE is a JSON list of argument lists, each a group of slices as 
 (``["--arms", "esper_agent", "--label", "b", "--agent-kwargs", "{...}"]``), parsed over the command line's own
 flags (which a group may override, except :data:`PACKING`, the command's alone); every group's learning slices
 start before any fixed arm's, and ``--per-gpu`` caps them all together. No slice may be made twice (by two groups,
-or by an arm or seed named twice); an error in a group names it.
+or by an arm named twice: seeds are made unique); an error in a group names it.
 
     python -m benchmarks.campaign --preset cifar10-fast-budget --arms esper_agent heuristic --seeds 0-15 \\
         --out benchmarks/results/compare_val5k --eval-episodes 48 --eval-sampled --per-gpu 2 --threads 4
