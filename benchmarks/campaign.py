@@ -32,8 +32,8 @@ have ended by then. A learning slice started at time t pauses after ``--time-lim
 arm's, shorter, is covered by it too): a slice that finishes training with less than that left pauses before
 evaluating, and its next run evaluates first. No slice starts with less than the reserve plus the margin left (a
 trained learner needs the reserve, a fixed arm is all evaluation); those wait for the next run of the same
-command. The margin covers a process's setup (data, envs, CUDA graphs), the update in progress when the limit
-passes, and saving.
+command. The margin covers a process's setup (data, envs, CUDA graphs) and an update that runs longer than the
+one before it (a slice starts another update only if one as long as the last would end within its limit).
 
 ``--plan FILE`` runs several configurations as one queue (a sweep's, or a head-to-head's learners and fixed arms
 side by side): FILE is a JSON list of argument lists, each a group of slices as this command would take it
@@ -240,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "must have ended, e.g. $(( $(date +%%s) + 530 )): learning slices get what is left, less "
                         "--stop-margin-s, as their time limit, and none starts with less left")
     parser.add_argument("--stop-margin-s", type=float, default=60.0, help="with --stop-at: the seconds a slice "
-                        "needs beyond its training time and its evaluation (setup, the update in progress, saving)")
+                        "needs beyond its training time and its evaluation (setup, an update longer than the last)")
     parser.add_argument("--eval-reserve-s", type=float, default=0.0, help="passed on to every learning slice (one "
                         "that finishes training with less than this left of its time limit pauses before its "
                         "evaluation): a learning slice's whole evaluation, in seconds; needed with --stop-at, under "

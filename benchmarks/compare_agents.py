@@ -26,10 +26,10 @@ beside its folder's slices after each update (``seed<k>.ckpt`` for esper_agent, 
 ``seed<k>.curve.json`` and, if it normalises, ``seed<k>.vecnorm.pkl`` for MaskablePPO; :func:`saved_state`) and
 keeps it until its slice is written, so a run cut short anywhere, evaluation included, continues from its last
 update when the same command runs again; ``--keep-policy`` then keeps the trained policy
-(:func:`retire_saved_state`). With ``--time-limit-s``, a slice that has trained that long in this run
-stops at the next update boundary without a slice, and with ``--eval-reserve-s`` too, one that finishes training
-with less than that left of its limit stops before its evaluation (the next run, whose limit is longer than the
-reserve, evaluates first). esper_agent
+(:func:`retire_saved_state`). With ``--time-limit-s``, a slice stops at the first update boundary after which
+another update as long as the last would pass that many seconds of training in this run (without a slice), and
+with ``--eval-reserve-s`` too, one that finishes training with less than that left of its limit stops before its
+evaluation (the next run, whose limit is longer than the reserve, evaluates first). esper_agent
 continues exactly where it stopped (its envs reset from (seed, update) at every rollout: :mod:`esper_agent.trainer`);
 MaskablePPO continues its network and optimizer on fresh envs, with its env and action-sampling streams reseeded
 from (seed, host epochs so far) (its rollouts are whole episodes here, so no episode is cut). A slice continues
@@ -147,7 +147,8 @@ def train_esper_agent(args: argparse.Namespace, seed: int, folder: Path) -> Trai
                   f"return {curve[-1]['return']}", flush=True)
         save_checkpoint(saved, trainer.state_dict() | {"curve": curve, "train_seconds": clock.total_s(),
                                                        "settings": settings})
-        if update < updates and clock.out_of_time():
+        clock.step_done()
+        if update < updates and clock.no_time_for_another_step():
             envs.close()
             raise Paused(f"esper_agent seed {seed}: paused after update {update}/{updates}; state in {saved}")
     envs.close()
@@ -274,9 +275,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--eval-seed-stride", type=int, default=1000, help="seed k evaluates on reset seeds "
                         "EVAL_SEED_OFFSET + k * stride + i; 1 only to extend an old campaign whose seeds overlap "
                         "(the report then counts only the episodes no two seeds share)")
-    parser.add_argument("--time-limit-s", type=float, default=None, help="a learning slice that has trained this "
-                        "many seconds in this run stops at the next update (its state is saved after every update); "
-                        "rerunning continues it (default: none)")
+    parser.add_argument("--time-limit-s", type=float, default=None, help="a learning slice stops at the first "
+                        "update (or rollout) after which another as long as the last would pass this many seconds of "
+                        "training in this run (its state is saved after every one); rerunning continues it "
+                        "(default: none)")
     parser.add_argument("--eval-reserve-s", type=float, default=0.0, help="with --time-limit-s: a learning slice "
                         "that finishes training with less than this left of its limit pauses before evaluating, and "
                         "its next run evaluates first (seconds, less than the limit: its whole evaluation, argmax, "

@@ -217,7 +217,8 @@ def train_maskable(args: argparse.Namespace, seed: int, folder: Path, settings: 
         save_maskable(model, saved, saved_curve, {"curve": curve, "train_seconds": clock.total_s(),
                                                    "host_epochs": model.num_timesteps, "settings": settings},
                       saved_norm=norm_at)
-        if model.num_timesteps < args.budget_epochs and clock.out_of_time():
+        clock.step_done()
+        if model.num_timesteps < args.budget_epochs and clock.no_time_for_another_step():
             env.close()
             raise Paused(f"{name} seed {seed}: paused at {model.num_timesteps}/{args.budget_epochs} host "
                          f"epochs; state in {saved}")

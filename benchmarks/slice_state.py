@@ -32,11 +32,27 @@ class Paused(Exception):
 
 class TrainingClock:
     """This run's training time against ``--time-limit-s``, plus what earlier runs of the slice spent; with
-    ``--eval-reserve-s``, the seconds of the limit a slice's evaluation needs."""
+    ``--eval-reserve-s``, the seconds of the limit a slice's evaluation needs. Training runs in steps (an update,
+    a rollout) whose state is saved after each; :meth:`no_time_for_another_step` predicts the next step's length
+    by the last one's."""
 
     def __init__(self, limit_s: float | None, earlier_s: float = 0.0, eval_reserve_s: float = 0.0) -> None:
         self.limit_s, self.earlier_s, self.start = limit_s, earlier_s, time.perf_counter()
         self.eval_reserve_s = eval_reserve_s
+        self.last_step_s, self._step_start = 0.0, self.start
+
+    def step_done(self) -> None:
+        """Mark the end of a training step (its save included); the first step's length includes the setup
+        before it, which errs on the side of pausing."""
+        now = time.perf_counter()
+        self.last_step_s, self._step_start = now - self._step_start, now
+
+    def no_time_for_another_step(self) -> bool:
+        """Whether another step as long as the last would end past the limit. Pausing before it, rather than
+        starting it and being killed at the call's end, spends no GPU time on a step whose work would be lost,
+        hands the GPU to the processes beside it, and never cuts a save short. (A MaskablePPO rollout on a shared
+        GPU can take most of a call: stopping only once the limit had passed began steps that could not end.)"""
+        return self.out_of_time(self.last_step_s)
 
     def out_of_time(self, reserve_s: float = 0.0) -> bool:
         """Whether less than ``reserve_s`` of the limit is left (none: never)."""

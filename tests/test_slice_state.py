@@ -1,0 +1,56 @@
+"""The training clock of a learning slice: when a run pauses, predicted from the last step's length."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks import slice_state
+from benchmarks.slice_state import Paused, TrainingClock
+
+
+@pytest.fixture
+def now(monkeypatch):
+    """A settable clock in place of time.perf_counter: now[0] is the time in seconds."""
+    t = [1000.0]
+    monkeypatch.setattr(slice_state.time, "perf_counter", lambda: t[0])
+    return t
+
+
+def test_another_step_is_started_only_if_one_as_long_as_the_last_ends_within_the_limit(now):
+    clock = TrainingClock(100.0)
+    now[0] += 30  # the first step, its setup included
+    clock.step_done()
+    assert clock.last_step_s == 30 and not clock.no_time_for_another_step()  # 30 + 30 <= 100
+    now[0] += 45
+    clock.step_done()
+    assert clock.last_step_s == 45 and clock.no_time_for_another_step()  # 75 + 45 > 100, though 25 s are left
+    assert not clock.out_of_time()
+
+
+def test_a_step_predicted_to_end_at_the_limit_is_not_started(now):
+    clock = TrainingClock(100.0)
+    now[0] += 50
+    clock.step_done()
+    assert clock.no_time_for_another_step()  # 50 + 50 reaches the limit: the limit is where training stops
+    clock = TrainingClock(100.0)
+    now[0] += 49.5
+    clock.step_done()
+    assert not clock.no_time_for_another_step()
+
+
+def test_without_a_limit_training_never_pauses(now):
+    clock = TrainingClock(None, eval_reserve_s=50.0)
+    now[0] += 10**6
+    clock.step_done()
+    assert not clock.no_time_for_another_step()
+    clock.pause_unless_evaluation_fits("arm seed 0", slice_state.Path("seed0.ckpt"))  # does not raise
+
+
+def test_the_evaluation_pauses_when_less_than_its_reserve_is_left(now):
+    clock = TrainingClock(100.0, earlier_s=500.0, eval_reserve_s=40.0)
+    now[0] += 59
+    clock.pause_unless_evaluation_fits("arm seed 0", slice_state.Path("seed0.ckpt"))  # 41 s left
+    now[0] += 2
+    with pytest.raises(Paused, match="less than --eval-reserve-s 40 s"):
+        clock.pause_unless_evaluation_fits("arm seed 0", slice_state.Path("seed0.ckpt"))
+    assert clock.total_s() == 561  # earlier runs' seconds count toward the slice, not toward this run's limit
