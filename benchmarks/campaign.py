@@ -32,8 +32,9 @@ have ended by then. A learning slice started at time t pauses after ``--time-lim
 arm's, shorter, is covered by it too): a slice that finishes training with less than that left pauses before
 evaluating, and its next run evaluates first. No slice starts with less than the reserve plus the margin left (a
 trained learner needs the reserve, a fixed arm is all evaluation); those wait for the next run of the same
-command. The margin covers a process's setup (data, envs, CUDA graphs) and an update that runs longer than the
-one before it (a slice starts another update only if one as long as the last would end within its limit).
+command. The margin covers the setup a slice's clock does not time (imports, data; esper_agent's envs and trainer)
+and an update that runs longer than the one before it (a slice starts another update only if one as long as the
+last would end within its limit; the first update's time includes the rest of the setup).
 
 ``--plan FILE`` runs several configurations as one queue (a sweep's, or a head-to-head's learners and fixed arms
 side by side): FILE is a JSON list of argument lists, each a group of slices as this command would take it

@@ -27,7 +27,7 @@ beside its folder's slices after each update (``seed<k>.ckpt`` for esper_agent, 
 keeps it until its slice is written, so a run cut short anywhere, evaluation included, continues from its last
 update when the same command runs again; ``--keep-policy`` then keeps the trained policy
 (:func:`retire_saved_state`). With ``--time-limit-s``, a slice stops at the first update boundary after which
-another update as long as the last would pass that many seconds of training in this run (without a slice), and
+another update as long as the last would reach that many seconds of training in this run (without a slice), and
 with ``--eval-reserve-s`` too, one that finishes training with less than that left of its limit stops before its
 evaluation (the next run, whose limit is longer than the reserve, evaluates first). esper_agent
 continues exactly where it stopped (its envs reset from (seed, update) at every rollout: :mod:`esper_agent.trainer`);
@@ -276,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "EVAL_SEED_OFFSET + k * stride + i; 1 only to extend an old campaign whose seeds overlap "
                         "(the report then counts only the episodes no two seeds share)")
     parser.add_argument("--time-limit-s", type=float, default=None, help="a learning slice stops at the first "
-                        "update (or rollout) after which another as long as the last would pass this many seconds of "
+                        "update (or rollout) after which another as long as the last would reach this many seconds of "
                         "training in this run (its state is saved after every one); rerunning continues it "
                         "(default: none)")
     parser.add_argument("--eval-reserve-s", type=float, default=0.0, help="with --time-limit-s: a learning slice "

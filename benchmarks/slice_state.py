@@ -48,9 +48,10 @@ class TrainingClock:
         self.last_step_s, self._step_start = now - self._step_start, now
 
     def no_time_for_another_step(self) -> bool:
-        """Whether another step as long as the last would end past the limit. Pausing before it, rather than
+        """Whether another step as long as the last would reach the limit. Pausing before it, rather than
         starting it and being killed at the call's end, spends no GPU time on a step whose work would be lost,
-        hands the GPU to the processes beside it, and never cuts a save short. (A MaskablePPO rollout on a shared
+        hands the GPU to the processes beside it, and cuts no save short, unless the step runs longer than
+        the last (``benchmarks.campaign``'s ``--stop-margin-s`` is for that). (A MaskablePPO rollout on a shared
         GPU can take most of a call: stopping only once the limit had passed began steps that could not end.)"""
         return self.out_of_time(self.last_step_s)
 

@@ -12,6 +12,7 @@ import torch
 
 from benchmarks import checkpoint_cost, compare_agents, compare_plots, compare_report
 from benchmarks.sb3_actor import Sb3Actor
+from benchmarks.slice_state import TrainingClock
 from esper_agent.checkpoint import load_checkpoint, save_checkpoint
 
 # report_test_accuracy may be named in --env-kwargs: evaluation measures the test set whatever it says
@@ -228,6 +229,27 @@ def test_a_maskable_slice_whose_evaluation_was_cut_short_evaluates_again(tmp_pat
     assert "continues from 12 host epochs" in capsys.readouterr().out
     assert [p["host_epochs"] for p in json.loads((folder / "seed0.json").read_text())["curve"]] == [6, 6, 12, 12]
     assert not (folder / "seed0.sb3.zip").exists() and not (folder / "seed0.curve.json").exists()
+
+
+@pytest.mark.parametrize("arm, paused", [("esper_agent", "paused after update 1/2"),
+                                         ("maskable_multidiscrete", "paused at 6/12 host epochs")])
+def test_a_learning_slice_does_not_start_a_step_that_would_overrun_its_limit(tmp_path, capsys, monkeypatch, arm,
+                                                                            paused):
+    """Each update (rollout) is timed, and one as long as the last that would end past --time-limit-s is not
+    begun: here every step is made to look 2,000 s long, so a 1,000-s limit stops the run after its first."""
+    torch.set_num_threads(1)
+    steps = []
+
+    def slow_step_done(clock: TrainingClock) -> None:
+        steps.append(clock)
+        clock.last_step_s = 2000.0
+
+    monkeypatch.setattr(TrainingClock, "step_done", slow_step_done)
+    compare_agents.main(["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--seeds", "0",
+                         "--eval-episodes", "1", "--num-envs", "2", "--arms", arm, "--budget-epochs", "12",
+                         "--agent-device", "cpu", "--agent-kwargs", json.dumps({"hidden_size": 16}),
+                         "--out", str(tmp_path), "--time-limit-s", "1000"])
+    assert paused in capsys.readouterr().out and len(steps) == 1
 
 
 def test_a_paused_maskable_slice_continues_to_its_budget(tmp_path, capsys):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from benchmarks import slice_state
@@ -27,6 +29,18 @@ def test_another_step_is_started_only_if_one_as_long_as_the_last_ends_within_the
     assert not clock.out_of_time()
 
 
+def test_the_prediction_is_the_last_step_not_the_longest_nor_the_first(now):
+    clock = TrainingClock(100.0)
+    now[0] += 40
+    clock.step_done()
+    now[0] += 25
+    clock.step_done()
+    assert not clock.no_time_for_another_step()  # 65 + 25 <= 100 (by the first or longest step, 65 + 40 > 100)
+    now[0] += 10
+    clock.step_done()
+    assert not clock.no_time_for_another_step()  # 75 + 10 <= 100: not a pause once half the limit has passed
+
+
 def test_a_step_predicted_to_end_at_the_limit_is_not_started(now):
     clock = TrainingClock(100.0)
     now[0] += 50
@@ -43,14 +57,14 @@ def test_without_a_limit_training_never_pauses(now):
     now[0] += 10**6
     clock.step_done()
     assert not clock.no_time_for_another_step()
-    clock.pause_unless_evaluation_fits("arm seed 0", slice_state.Path("seed0.ckpt"))  # does not raise
+    clock.pause_unless_evaluation_fits("arm seed 0", Path("seed0.ckpt"))  # does not raise
 
 
 def test_the_evaluation_pauses_when_less_than_its_reserve_is_left(now):
     clock = TrainingClock(100.0, earlier_s=500.0, eval_reserve_s=40.0)
     now[0] += 59
-    clock.pause_unless_evaluation_fits("arm seed 0", slice_state.Path("seed0.ckpt"))  # 41 s left
+    clock.pause_unless_evaluation_fits("arm seed 0", Path("seed0.ckpt"))  # 41 s left
     now[0] += 2
     with pytest.raises(Paused, match="less than --eval-reserve-s 40 s"):
-        clock.pause_unless_evaluation_fits("arm seed 0", slice_state.Path("seed0.ckpt"))
+        clock.pause_unless_evaluation_fits("arm seed 0", Path("seed0.ckpt"))
     assert clock.total_s() == 561  # earlier runs' seconds count toward the slice, not toward this run's limit
