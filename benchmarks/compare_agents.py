@@ -150,7 +150,8 @@ def train_esper_agent(args: argparse.Namespace, seed: int, folder: Path) -> Trai
         clock.step_done()
         if update < updates and clock.no_time_for_another_step():
             envs.close()
-            raise Paused(f"esper_agent seed {seed}: paused after update {update}/{updates}; state in {saved}")
+            raise Paused(f"esper_agent seed {seed}: paused after update {update}/{updates} (it took "
+                         f"{clock.last_step_s:.0f} s); state in {saved}")
     envs.close()
     clock.pause_unless_evaluation_fits(f"esper_agent seed {seed}", saved)
     last = PolicyActor(trainer.policy.eval(), trainer.obs_norm, deterministic=True, seed=seed)

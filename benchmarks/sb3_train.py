@@ -221,7 +221,7 @@ def train_maskable(args: argparse.Namespace, seed: int, folder: Path, settings: 
         if model.num_timesteps < args.budget_epochs and clock.no_time_for_another_step():
             env.close()
             raise Paused(f"{name} seed {seed}: paused at {model.num_timesteps}/{args.budget_epochs} host "
-                         f"epochs; state in {saved}")
+                         f"epochs (the last rollout took {clock.last_step_s:.0f} s); state in {saved}")
     env.close()
     clock.pause_unless_evaluation_fits(f"{name} seed {seed}", saved)
     actor = partial(Sb3Actor, model, flatten, config.num_slots, obs_norm=frozen(env))

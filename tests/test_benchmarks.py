@@ -249,7 +249,8 @@ def test_a_learning_slice_does_not_start_a_step_that_would_overrun_its_limit(tmp
                          "--eval-episodes", "1", "--num-envs", "2", "--arms", arm, "--budget-epochs", "12",
                          "--agent-device", "cpu", "--agent-kwargs", json.dumps({"hidden_size": 16}),
                          "--out", str(tmp_path), "--time-limit-s", "1000"])
-    assert paused in capsys.readouterr().out and len(steps) == 1
+    out = capsys.readouterr().out
+    assert paused in out and "took 2000 s)" in out and len(steps) == 1  # the log says how long the step took
 
 
 def test_a_paused_maskable_slice_continues_to_its_budget(tmp_path, capsys):
