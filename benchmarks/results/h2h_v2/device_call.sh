@@ -22,7 +22,9 @@ stop=$(( $(date +%s) + $1 ))
 common="--env Esper-CIFAR10-v0 --eval-episodes 24 --out .stage/h2h --threads 3 --stop-at $stop --stop-margin-s 60"
 nvidia-smi --query-gpu=timestamp,index,memory.used,utilization.gpu --format=csv,noheader -l 60 > "$OUT/gpu.log" &
 mon=$!
-timeout $(( $1 + 15 )) python -m benchmarks.campaign --plan .stage/h2h_learners.json $common --budget-epochs 8000 \
+# The learners' campaign is killed 30 s after END_S: a step begun within its limit (END_S less the 60-s margin)
+# may run longer than the last; the call's whole wall time, END_S + 30 s and the packing, must stay under 600 s.
+timeout $(( $1 + 30 )) python -m benchmarks.campaign --plan .stage/h2h_learners.json $common --budget-epochs 8000 \
     --eval-sampled --per-gpu "$2" --eval-reserve-s "$4" > "$OUT/learners.log" 2>&1 &
 a=$!
 fixed_rc=0
