@@ -51,8 +51,8 @@ class TrainingClock:
         """Whether another step as long as the last would reach the limit. Pausing before it, rather than
         starting it and being killed at the call's end, spends no GPU time on a step whose work would be lost,
         hands the GPU to the processes beside it, and cuts no save short, unless the step runs longer than
-        the last (``benchmarks.campaign``'s ``--stop-margin-s`` is for that). (A MaskablePPO rollout on a shared
-        GPU can take most of a call: stopping only once the limit had passed began steps that could not end.)"""
+        the last (``benchmarks.campaign``'s ``--stop-margin-s`` is for that). A MaskablePPO rollout on a shared
+        GPU can take most of a call's limit, so checking only whether the limit has passed is not enough."""
         return self.out_of_time(self.last_step_s)
 
     def out_of_time(self, reserve_s: float = 0.0) -> bool:
