@@ -3,18 +3,18 @@
 # the learners (.stage/h2h_learners.json, seed-major: seed 0 of every learner first) and the fixed arms
 # (.stage/h2h_fixed.json) as two campaigns side by side, so fixed arms progress while learners train. State in
 # .stage/h2h (carry it to a fresh machine), back as $OUT/h2h-small.tgz.part-* and $OUT/h2h-ckpt.tgz.part-*.
-# How it runs there: this file, plan-learners.json and plan-fixed.json are copied to .stage/ (call_h2h.sh,
+# How it runs there: stage.sh copies this file, plan-learners.json and plan-fixed.json to .stage/ (call_h2h.sh,
 # h2h_learners.json, h2h_fixed.json) with screen/Esper-CIFAR10-v0/summary.json as .stage/screen-v0-summary.json,
-# the CIFAR-10 shards in .stage/cifar and the commit in .stage/sha, since a call carries 64 MiB and
+# the commit to .stage/sha and the CIFAR-10 shards to .stage/d1-d3, since a call carries 64 MiB and
 # benchmarks/results does not fit. The shards take three calls (two 27-MiB shards each, with the .whl wheels in the
-# first); the state (.stage/h2h, the paused learners' checkpoints) goes with the first run call, not with a shard
-# call, which it would push past 64 MiB. Finished slices are copied from .stage/h2h into this folder.
-# Write .stage/sha (git rev-parse HEAD) and carry it on every run call: the slices record it as their code.
-# The state comes back as 15-MiB parts (a file back from $OUT may hold 16 MiB), unpacked here with
-# cat h2h-small.tgz.part-* | tar xz -C .stage; cat h2h-ckpt.tgz.part-* | tar xz -C .stage
-# After the call: bash benchmarks/results/h2h_v2/collect.sh /work/.device/<call>, then commit.
+# first), moved to .stage/cifar there; the state (.stage/h2h, the paused learners' checkpoints) goes with the first
+# run call, which may also carry the last shards. Carry .stage/sha on every run call: the slices record it as their
+# code. The state comes back as 15-MiB parts (a file back from $OUT may hold 16 MiB); after the session's last
+# call, bash benchmarks/results/h2h_v2/collect.sh /work/.device/<call> unpacks them, copies the finished slices into
+# this folder and writes paused-state.tgz; commit both.
 # Usage: bash .stage/call_h2h.sh END_S LEARNERS_PER_GPU FIXED_PER_GPU EVAL_RESERVE_S [FIXED_RESERVE_S]
-# (the reserves: a learner's whole evaluation, 48 episodes; a fixed arm's, 24, which defaults to the first)
+# (the reserves: a learner's whole evaluation, 48 episodes; a fixed arm's, 24, which defaults to the first).
+# LEARNERS_PER_GPU 0 runs the fixed arms alone: for a session's last minutes, too few for a learner's reserve.
 set -u
 export ESPER_DATA_DIR=$PWD/.stage/cifar ESPER_GIT_COMMIT=$(cat .stage/sha) ESPER_GIT_DIRTY=0
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
@@ -24,8 +24,12 @@ nvidia-smi --query-gpu=timestamp,index,memory.used,utilization.gpu --format=csv,
 mon=$!
 # The learners' campaign is killed 30 s after END_S: a step begun within its limit (END_S less the 60-s margin)
 # may run longer than the last; the call's whole wall time, END_S + 30 s and the packing, must stay under 600 s.
-timeout $(( $1 + 30 )) python -m benchmarks.campaign --plan .stage/h2h_learners.json $common --budget-epochs 8000 \
-    --eval-sampled --per-gpu "$2" --eval-reserve-s "$4" > "$OUT/learners.log" 2>&1 &
+if [ "$2" -gt 0 ]; then
+  timeout $(( $1 + 30 )) python -m benchmarks.campaign --plan .stage/h2h_learners.json $common --budget-epochs 8000 \
+      --eval-sampled --per-gpu "$2" --eval-reserve-s "$4" > "$OUT/learners.log" 2>&1 &
+else
+  true &  # no learners this call
+fi
 a=$!
 fixed_rc=0
 if [ "$3" -gt 0 ]; then
@@ -36,7 +40,7 @@ fi
 wait $a
 learners_rc=$?
 kill $mon
-tail -n 12 "$OUT/learners.log"; tail -n 12 "$OUT/fixed.log" 2>/dev/null
+tail -n 12 "$OUT/learners.log" 2>/dev/null; tail -n 12 "$OUT/fixed.log" 2>/dev/null
 for f in .stage/h2h/logs/*/*.log; do echo "$f: $(tail -n 1 "$f")"; done
 cat "$OUT/gpu.log"
 tar cz --exclude='*.ckpt' --exclude='*.pkl' --exclude='*.zip' --exclude='*.png' -C .stage h2h \

@@ -8,7 +8,7 @@
 # Usage: bash benchmarks/results/h2h_v2/stage.sh [CIFAR10_DIR]   (default ../shared/data/cifar10)
 set -euo pipefail
 data=${1:-../shared/data/cifar10} env=Esper-CIFAR10-v0 here=benchmarks/results/h2h_v2
-[ -z "$(git status --porcelain --untracked-files=no)" ] || { echo "commit first: .stage/sha must name the code"; exit 1; }
+if [ -n "$(git status --porcelain --untracked-files=no)" ]; then echo "commit first: .stage/sha names the code"; exit 1; fi
 mkdir -p .stage
 git rev-parse HEAD > .stage/sha
 cp "$here/device_call.sh" .stage/call_h2h.sh
