@@ -16,6 +16,14 @@
 # (the reserves: a learner's whole evaluation, 48 episodes; a fixed arm's, 24, which defaults to the first).
 # LEARNERS_PER_GPU 0 runs the fixed arms alone: for a session's last minutes, too few for a learner's reserve.
 set -u
+for n in "$1" "$2" "$3" "$4" "${5:-$4}"; do
+  [[ $n =~ ^[0-9]+$ ]] || { echo "expected whole seconds and process counts, got '$n'"; exit 2; }
+done
+# A fresh machine (the last call's was given back) has neither: it must return no state, which collect.sh would
+# otherwise weigh against the last good one.
+if ! [ -f .stage/cifar/test.npz ] || ! [ -d .stage/h2h ]; then
+  echo "no .stage/cifar/test.npz or .stage/h2h on this machine: stage it again from the last collected state"; exit 2
+fi
 export ESPER_DATA_DIR=$PWD/.stage/cifar ESPER_GIT_COMMIT=$(cat .stage/sha) ESPER_GIT_DIRTY=0
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 stop=$(( $(date +%s) + $1 ))

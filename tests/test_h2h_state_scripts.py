@@ -1,0 +1,156 @@
+"""The head-to-head's paused state outlives a checkout: ``collect.sh`` moves a call's finished slices into the results
+folder and packs the paused learners' files into the committed ``paused-state.tgz``; ``stage.sh``, on a fresh clone,
+lays the same state out again for the next calls. Run on copies of the committed scripts in a scratch repository."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+H2H = Path("benchmarks/results/h2h_v2")
+ENV = "Esper-CIFAR10-v0"
+
+pytestmark = pytest.mark.skipif(not all(shutil.which(tool) for tool in ("bash", "git", "tar", "gzip")),
+                                reason="needs bash, git, tar and gzip")
+
+
+def run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def commit(repo: Path) -> None:
+    run(["git", "add", "-A"], repo)
+    done = run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "state"], repo)
+    assert done.returncode == 0, done.stderr
+
+
+def scratch_repo(path: Path) -> Path:
+    """A repository holding the committed scripts and plans, the screen summary and one finished slice."""
+    for name in ("stage.sh", "collect.sh", "device_call.sh", "plan-learners.json", "plan-fixed.json"):
+        write(path / H2H / name, (ROOT / H2H / name).read_text())
+    write(path / "benchmarks/results/screen" / ENV / "summary.json", "[]")
+    write(path / H2H / ENV / "static/seed0.json", '{"arm": "static"}')
+    write(path / H2H / ENV / "static/seed0-records.json.gz", "records")
+    run(["git", "init", "-q"], path)
+    commit(path)
+    return path
+
+
+def fake_data(path: Path) -> Path:
+    for name in ("train_0.npz", "train_1.npz", "train_2.npz", "train_3.npz", "train_4.npz", "test.npz", "README.md",
+                 "SHA256SUMS"):
+        write(path / name, name)
+    return path
+
+
+def returned_call(folder: Path, files: dict[str, str]) -> Path:
+    """A device call's returned state as ``device_call.sh`` packs it: ``.stage/h2h`` in two gzipped tar streams,
+    the checkpoints apart, each cut into parts (one here)."""
+    folder.mkdir(parents=True)
+    for part, keep in (("h2h-small", lambda n: not n.endswith((".ckpt", ".zip", ".pkl"))),
+                       ("h2h-ckpt", lambda n: n.endswith((".ckpt", ".zip", ".pkl", ".curve.json")))):
+        with tarfile.open(folder / f"{part}.tgz.part-aa", "w:gz") as tar:
+            for name, text in files.items():
+                if keep(name):
+                    info = tarfile.TarInfo(f"h2h/{name}")
+                    info.size = len(text.encode())
+                    tar.addfile(info, io.BytesIO(text.encode()))
+    return folder
+
+
+def test_collect_then_stage_on_a_fresh_clone_restores_the_paused_learners_and_skips_finished_slices(tmp_path):
+    repo = scratch_repo(tmp_path / "repo")
+    call = returned_call(tmp_path / "call", {
+        f"{ENV}/esper_agent-e3/seed0.ckpt": "esper checkpoint",
+        f"{ENV}/maskable_flat-m2/seed0.sb3.zip": "sb3 model",
+        f"{ENV}/maskable_flat-m2/seed0.curve.json": '{"curve": []}',
+        f"{ENV}/maskable_flat-m2/seed0.vecnorm.pkl": "statistics",
+        f"{ENV}/static/seed0.json": '{"arm": "static"}',  # finished and collected before: no records left
+        f"{ENV}/static/seed1.json": '{"arm": "static", "seed": 1}',  # finished in this call
+        f"{ENV}/static/seed1-records.json.gz": "new records",
+        f"logs/{ENV}/static-1.log": "static seed 1: done",
+        f"logs/{ENV}/esper_agent-e3-0.log": "esper_agent seed 0: paused",
+    })
+    collected = run(["bash", str(H2H / "collect.sh"), str(call)], repo)
+    assert collected.returncode == 0, collected.stderr
+    assert "new: static seed1" in collected.stdout and "seed0" not in collected.stdout
+    assert (repo / H2H / ENV / "static/seed1-records.json.gz").read_text() == "new records"
+    assert (repo / H2H / "logs" / ENV / "static-1.log").exists()
+    with tarfile.open(repo / H2H / "paused-state.tgz") as tar:
+        packed = set(tar.getnames())
+    assert packed == {f"h2h/{ENV}/esper_agent-e3/seed0.ckpt", f"h2h/{ENV}/maskable_flat-m2/seed0.sb3.zip",
+                      f"h2h/{ENV}/maskable_flat-m2/seed0.curve.json", f"h2h/{ENV}/maskable_flat-m2/seed0.vecnorm.pkl",
+                      f"h2h/logs/{ENV}/static-1.log", f"h2h/logs/{ENV}/esper_agent-e3-0.log"}
+    commit(repo)
+
+    clone = tmp_path / "clone"
+    assert run(["git", "clone", "-q", str(repo), str(clone)], tmp_path).returncode == 0
+    staged = run(["bash", str(H2H / "stage.sh"), str(fake_data(tmp_path / "cifar"))], clone)
+    assert staged.returncode == 0, staged.stderr
+    assert "2 finished slices, 2 paused learners' checkpoints" in staged.stdout
+    state = clone / ".stage/h2h" / ENV
+    assert (state / "esper_agent-e3/seed0.ckpt").read_text() == "esper checkpoint"
+    assert (state / "maskable_flat-m2/seed0.vecnorm.pkl").read_text() == "statistics"
+    assert sorted(p.name for p in (state / "static").iterdir()) == ["seed0.json", "seed1.json"]  # no records
+    head = run(["git", "rev-parse", "HEAD"], clone).stdout
+    assert (clone / ".stage/sha").read_text() == head
+    assert sorted(p.name for p in (clone / ".stage/d3").iterdir()) == ["README.md", "SHA256SUMS", "test.npz",
+                                                                       "train_4.npz"]
+
+
+def test_stage_refuses_a_tree_with_uncommitted_changes(tmp_path):
+    repo = scratch_repo(tmp_path / "repo")
+    (repo / H2H / "plan-fixed.json").write_text("[]")
+    staged = run(["bash", str(H2H / "stage.sh"), str(fake_data(tmp_path / "cifar"))], repo)
+    assert staged.returncode != 0 and "commit first" in staged.stdout
+    assert not (repo / ".stage").exists()
+
+
+def test_collect_refuses_a_returned_state_older_than_the_current_one(tmp_path):
+    repo = scratch_repo(tmp_path / "repo")
+    log = f"logs/{ENV}/esper_agent-e3-0.log"
+    earlier = returned_call(tmp_path / "earlier", {f"{ENV}/esper_agent-e3/seed0.ckpt": "update 5", log: "a\n"})
+    later = returned_call(tmp_path / "later", {f"{ENV}/esper_agent-e3/seed0.ckpt": "update 10", log: "a\nb\n"})
+    bare = returned_call(tmp_path / "bare", {log: "no data\n"})  # a machine that had lost the state
+    assert run(["bash", str(H2H / "collect.sh"), str(later)], repo).returncode == 0
+    packed = (repo / H2H / "paused-state.tgz").read_bytes()
+    for stale in (earlier, bare):
+        refused = run(["bash", str(H2H / "collect.sh"), str(stale)], repo)
+        assert refused.returncode != 0 and "refused" in refused.stdout
+        assert (repo / H2H / "paused-state.tgz").read_bytes() == packed
+        assert (repo / ".stage/h2h" / ENV / "esper_agent-e3/seed0.ckpt").read_text() == "update 10"
+    forced = subprocess.run(["bash", str(H2H / "collect.sh"), str(earlier)], cwd=repo, capture_output=True,
+                            text=True, env={"PATH": os.environ["PATH"], "FORCE": "1"})
+    assert forced.returncode == 0, forced.stderr
+    assert (repo / ".stage/h2h" / ENV / "esper_agent-e3/seed0.ckpt").read_text() == "update 5"
+
+
+def test_collect_drops_a_finished_slices_leftover_training_state(tmp_path):
+    """A learning slice killed between writing seed<N>.json and deleting its checkpoint is done for the campaign,
+    so nothing would ever delete the checkpoint; it must not be carried on as a paused learner."""
+    repo = scratch_repo(tmp_path / "repo")
+    call = returned_call(tmp_path / "call", {
+        f"{ENV}/esper_agent-e3/seed0.json": '{"arm": "esper_agent"}',
+        f"{ENV}/esper_agent-e3/seed0-records.json.gz": "records",
+        f"{ENV}/esper_agent-e3/seed0.ckpt": "left over",
+        f"{ENV}/maskable_flat-m2/seed0.sb3.zip": "paused",
+        f"logs/{ENV}/esper_agent-e3-0.log": "done",
+    })
+    collected = run(["bash", str(H2H / "collect.sh"), str(call)], repo)
+    assert collected.returncode == 0, collected.stderr
+    assert "paused state: 1 checkpoints" in collected.stdout
+    assert not (repo / ".stage/h2h" / ENV / "esper_agent-e3/seed0.ckpt").exists()
+    with tarfile.open(repo / H2H / "paused-state.tgz") as tar:
+        assert f"h2h/{ENV}/esper_agent-e3/seed0.ckpt" not in tar.getnames()
