@@ -8,8 +8,7 @@
 # the commit to .stage/sha and the CIFAR-10 shards to .stage/d1-d3, since a call carries 64 MiB and
 # benchmarks/results does not fit. The shards take three calls (two 27-MiB shards each, with the .whl wheels in the
 # first), moved to .stage/cifar there; the state (.stage/h2h, the paused learners' checkpoints) goes with the first
-# run call, which may also carry the last shards. Carry .stage/sha on every run call: the slices record it as their
-# code. The state comes back as 15-MiB parts (a file back from $OUT may hold 16 MiB); after the session's last
+# run call. Carry .stage/sha on every run call: the slices record it as their code. The state comes back as 15-MiB parts (a file back from $OUT may hold 16 MiB); after the session's last
 # call, bash benchmarks/results/h2h_v2/collect.sh /work/.device/<call> unpacks them, copies the finished slices into
 # this folder and writes paused-state.tgz; commit both.
 # Usage: bash .stage/call_h2h.sh END_S LEARNERS_PER_GPU FIXED_PER_GPU EVAL_RESERVE_S [FIXED_RESERVE_S]
@@ -35,18 +34,16 @@ mon=$!
 if [ "$2" -gt 0 ]; then
   timeout $(( $1 + 30 )) python -m benchmarks.campaign --plan .stage/h2h_learners.json $common --budget-epochs 8000 \
       --eval-sampled --per-gpu "$2" --eval-reserve-s "$4" > "$OUT/learners.log" 2>&1 &
-else
-  true &  # no learners this call
+  learners=$!
 fi
-a=$!
 fixed_rc=0
 if [ "$3" -gt 0 ]; then
   timeout $(( $1 + 5 )) python -m benchmarks.campaign --plan .stage/h2h_fixed.json $common --per-gpu "$3" \
       --eval-reserve-s "${5:-$4}" --oracle-from .stage/screen-v0-summary.json > "$OUT/fixed.log" 2>&1
   fixed_rc=$?
 fi
-wait $a
-learners_rc=$?
+learners_rc=0
+if [ -n "${learners:-}" ]; then wait "$learners"; learners_rc=$?; fi
 kill $mon
 tail -n 12 "$OUT/learners.log" 2>/dev/null; tail -n 12 "$OUT/fixed.log" 2>/dev/null
 for f in .stage/h2h/logs/*/*.log; do echo "$f: $(tail -n 1 "$f")"; done

@@ -21,8 +21,7 @@ rm -rf .stage/h2h
 mkdir -p ".stage/h2h/$env"
 if [ -e "$here/paused-state.tgz" ]; then tar xzf "$here/paused-state.tgz" -C .stage; fi
 finished=0
-for slice in "$here/$env"/*/seed*.json; do
-  [[ $slice == *.curve.json ]] && continue
+for slice in "$here/$env"/*/seed*.json; do  # collect.sh commits no curve beside a slice
   folder=$(basename "$(dirname "$slice")")
   mkdir -p ".stage/h2h/$env/$folder"
   cp "$slice" ".stage/h2h/$env/$folder/"
