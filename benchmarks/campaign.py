@@ -9,8 +9,9 @@ its own copy of the data and its sub-envs' hosts and CUDA graphs (on ``Esper-CIF
 longest; every slice already written is skipped without starting a process.
 
 ``--arms`` takes whatever ``compare_agents --arms`` takes (its own arms, ``plan:<name>``, ``static:<name>`` and
-``oracle``), checked by ``compare_agents``' own parsing before anything runs; ``--oracle-from`` is passed on as an
-absolute path, since the processes run from the repository's root.
+``oracle``), checked by ``compare_agents``' own parsing before anything runs. The processes run in the campaign's
+own working directory, so ``--out`` and ``--oracle-from`` are passed on as given and mean the same to them; the
+logs and the slices' records then name those paths as given, not the machine's folders.
 
 ``--preset NAME`` takes the env, its kwargs, the sub-envs, the agent config and the training budget from
 :mod:`esper_agent.presets` (flags given here win; ``--env-kwargs`` is merged over the preset's), and labels the
@@ -148,8 +149,8 @@ def plan(args: argparse.Namespace, passed: list[str]) -> list[Job]:
     common = [*base, "--env-kwargs", json.dumps(env_kwargs | given), *passed,
               *(["--time-limit-s", repr(args.time_limit_s)] if args.time_limit_s is not None else []),
               *(["--eval-reserve-s", repr(args.eval_reserve_s)] if args.eval_reserve_s else []),
-              *(["--env", args.env] if args.env else []), "--out", str(args.out.resolve()),
-              *(["--oracle-from", str(args.oracle_from.resolve())] if args.oracle_from else [])]
+              *(["--env", args.env] if args.env else []), "--out", str(args.out),
+              *(["--oracle-from", str(args.oracle_from)] if args.oracle_from else [])]
     given_label = args.label if args.label is not None else (args.preset or "")
     arms = args.arms or list(compare_agents.ARMS)
     # refused here, before anything runs
@@ -179,9 +180,10 @@ def start_process(job: Job, gpu: str | None, threads: int) -> subprocess.Popen:
     job.log.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "benchmarks.compare_agents", *job.argv]
     with job.log.open("a") as log:
-        log.write(f"== {time.strftime('%Y-%m-%dT%H:%M:%S%z')} on GPU {gpu}: {' '.join(command)}\n")
+        log.write(f"== {time.strftime('%Y-%m-%dT%H:%M:%S%z')} on GPU {gpu}: python -m benchmarks.compare_agents "
+                  f"{shlex.join(job.argv)}\n")
         log.flush()
-        return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def timed(job: Job, limit_s: float) -> Job:
@@ -223,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "'plan:<name>', 'static:<name>' and 'oracle', as compare_agents takes them (default: "
                         f"{', '.join(compare_agents.ARMS)})")
     parser.add_argument("--oracle-from", type=Path, default=None, help="the screen summary.json the oracle arm "
-                        "picks from (passed on as an absolute path)")
+                        "picks from")
     parser.add_argument("--seeds", nargs="+", default=["0-4"], help="seeds and ranges, e.g. 0-15 or 0 3 5")
     parser.add_argument("--env", default=None, help="env id (default: the preset's, else compare_agents')")
     parser.add_argument("--env-kwargs", default=None, help="JSON env kwargs, merged over the preset's")

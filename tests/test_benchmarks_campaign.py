@@ -45,8 +45,8 @@ def test_the_plan_runs_learning_arms_first_and_labels_only_the_agent(tmp_path):
     assert [(j.arm, j.seed) for j in jobs] == [("esper_agent", 0), ("esper_agent", 1), ("maskable_flat", 0),
                                                ("maskable_flat", 1), ("static", 0), ("static", 1)]
     assert [j.folder.name for j in jobs[::2]] == ["esper_agent-x", "maskable_flat", "static"]
-    assert jobs[0].folder == tmp_path.resolve() / "Esper-Synthetic-v0" / "esper_agent-x"
-    assert jobs[1].log == tmp_path.resolve() / "logs" / "Esper-Synthetic-v0" / "esper_agent-x-1.log"
+    assert jobs[0].folder == tmp_path / "Esper-Synthetic-v0" / "esper_agent-x"
+    assert jobs[1].log == tmp_path / "logs" / "Esper-Synthetic-v0" / "esper_agent-x-1.log"
     argv = list(jobs[0].argv)
     assert argv[argv.index("--budget-epochs") + 1] == "12"  # a flag campaign does not define is passed on
     with pytest.raises(SystemExit):  # compare_agents refuses it before anything runs
@@ -182,6 +182,16 @@ def test_a_tiny_campaign_runs_resumes_and_continues_a_paused_slice_on_the_cpu(tm
     assert len(json.loads((folder / "esper_agent-tiny" / "seed0.json").read_text())["curve"]) == 2
     assert campaign.main([*again, "--status"]) == 0
     assert capsys.readouterr().out.count(": done") == 4
+
+
+def test_the_processes_run_where_the_campaign_runs_and_its_paths_stay_as_given(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # a relative --out means the same to the campaign and its processes
+    assert campaign.main(["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps(TINY), "--gpus", "--threads", "1",
+                          "--eval-episodes", "1", "--arms", "static", "--seeds", "0", "--out", "res"]) == 0
+    assert (tmp_path / "res" / "Esper-Synthetic-v0" / "static" / "seed0.json").exists()
+    log = (tmp_path / "res" / "logs" / "Esper-Synthetic-v0" / "static-0.log").read_text()
+    assert "python -m benchmarks.compare_agents " in log and " --out res " in log
+    assert str(tmp_path) not in log + capsys.readouterr().out  # neither names the machine's folders
 
 
 def test_the_dry_run_prints_commands_that_run_as_they_are(tmp_path, capsys):

@@ -33,7 +33,7 @@ def _summary(path: Path) -> Path:
 
 def test_the_campaign_schedules_plan_static_and_oracle_arms_and_passes_their_flags_on(tmp_path, monkeypatch):
     _summary(tmp_path / "summary.json")
-    monkeypatch.chdir(tmp_path)  # the summary named relative to here; the processes run from the repository root
+    monkeypatch.chdir(tmp_path)  # the summary named relative to here, where the processes run too
     jobs = _jobs(tmp_path / "out", "--arms", "oracle", "plan:grow-x2@0", "static:small", "maskable_flat",
                  "--oracle-from", "summary.json", "--sb3-kwargs", json.dumps(SWEEP),
                  "--label", "lr1e-4", "--env-kwargs", json.dumps(FAMILY), "--eval-episodes", "1")
@@ -41,7 +41,7 @@ def test_the_campaign_schedules_plan_static_and_oracle_arms_and_passes_their_fla
     assert [j.folder.name for j in jobs] == ["maskable_flat-lr1e-4", "oracle", "plan_grow-x2_at0", "static_small"]
     for job in jobs:
         args = compare_agents.parse_args(list(job.argv))
-        assert args.arms == [job.arm] and args.oracle_from == tmp_path / "summary.json"
+        assert args.arms == [job.arm] and args.oracle_from == Path("summary.json")
         assert args.sb3_kwargs == SWEEP
         assert compare_agents.slice_folder(args.out, args.env, job.arm, args.label) == job.folder
     torch.set_num_threads(1)
