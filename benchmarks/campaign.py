@@ -59,7 +59,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import shlex
 import subprocess
 import sys
@@ -72,10 +71,9 @@ from typing import Any, NoReturn
 import gymnasium as gym
 
 from benchmarks import compare_agents, scheduler
+from benchmarks.common import child_env
 from benchmarks.scheduler import Deadline, Process, gpu_slots
 from esper_env.config import EnvConfig
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -173,10 +171,7 @@ def plan(args: argparse.Namespace, passed: list[str]) -> list[Job]:
 
 def start_process(job: Job, gpu: str | None, threads: int) -> subprocess.Popen:
     """``python -m benchmarks.compare_agents`` for one job on one GPU, its output appended to the job's log."""
-    env = os.environ | {"OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
-                        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = gpu
+    env = child_env(gpu, OMP_NUM_THREADS=str(threads))
     job.log.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "benchmarks.compare_agents", *job.argv]
     with job.log.open("a") as log:

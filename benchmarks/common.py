@@ -22,6 +22,21 @@ import torch
 
 from esper_agent.train import git_commit
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def child_env(gpu: str | None = None, **extra: str) -> dict[str, str]:
+    """The environment for a ``python -m benchmarks...`` child process started in the caller's working directory:
+    this one's, the repository first on ``PYTHONPATH`` (so the module imports from any directory), output
+    unbuffered (its log shows progress as it happens), ``CUDA_VISIBLE_DEVICES`` set to ``gpu`` unless ``None``,
+    then ``extra``. The child keeps the caller's directory so that relative paths in its arguments and in
+    variables such as ``ESPER_DATA_DIR`` mean to it what they mean to the user."""
+    env = os.environ | {"PYTHONUNBUFFERED": "1",
+                        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    return env | extra
+
 
 def device_name(device: str) -> str:
     """The hardware behind a torch device string: the GPU's product name for ``cuda``/``cuda:k``, else the CPU's

@@ -34,12 +34,11 @@ from typing import Any
 
 import torch
 
-from benchmarks.common import device_name, device_tag, run_stamp, write_atomic, write_json
+from benchmarks.common import child_env, device_name, device_tag, run_stamp, write_atomic, write_json
 from esper_agent import distributed, train
 from esper_agent.config import AgentConfig
 from esper_agent.trainer import Trainer
 
-ROOT = Path(__file__).resolve().parents[1]
 SMOKE = {"env": "Esper-Synthetic-v0", "num_envs": 2, "device": "cpu", "warmup": 1, "updates": 1,
          "env_kwargs": {"device": "cpu", "max_epochs": 3, "batch_size": 64, "eval_batch_size": 128,
                         "synthetic_train_size": 256, "synthetic_val_size": 128, "synthetic_test_size": 64,
@@ -119,14 +118,13 @@ def launch(args: argparse.Namespace, nproc: int, devices: list[str] | None = Non
     else:
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
                    "-m", "benchmarks.scaling", *_worker_args(args, result, args.num_envs, args.env_kwargs)]
-    env = os.environ | {"NCCL_NVLS_ENABLE": os.environ.get("NCCL_NVLS_ENABLE", "0"),
-                        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = child_env(NCCL_NVLS_ENABLE=os.environ.get("NCCL_NVLS_ENABLE", "0"))
     if args.device == "cpu":
         env["OMP_NUM_THREADS"] = "1"  # processes share the cores; extra threads only contend
     print("$", " ".join(command), flush=True)
     started = time.perf_counter()
     try:
-        completed = subprocess.run(command, cwd=ROOT, env=env, timeout=args.timeout)
+        completed = subprocess.run(command, env=env, timeout=args.timeout)
     except subprocess.TimeoutExpired as error:
         raise SystemExit(f"scaling: the {tag} run took more than --timeout {args.timeout} s; stopped") from error
     if completed.returncode != 0 or not result.exists():
@@ -224,7 +222,6 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.smoke:
         vars(args).update(SMOKE | {"single_process_devices": True})
-    args.out = args.out.resolve()
     report = measure(args)
     names = report["rows"][0]["device_names"][0]
     tag = args.tag or ("cpu" if args.device == "cpu" else device_tag(names[0]))

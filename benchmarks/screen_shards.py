@@ -8,7 +8,6 @@ is already played, so a process restarted with the same arguments resumes the sa
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from benchmarks.common import child_env
 from benchmarks.screen_arms import Arm
 from benchmarks.screen_report import MIXTURE
 from esper_env import ENV_IDS, EnvConfig
@@ -123,7 +123,6 @@ class ShardJob:
     name: str = "shard"
 
 
-ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER_OPTIONS = {"--processes": 1, "--per-gpu": 1, "--shard": 1, "--out": 1}
 """The launcher's own options (and how many values each takes), left out of the shards' command lines."""
 
@@ -156,12 +155,11 @@ def launch(argv: Sequence[str], out: Path, processes: int, per_gpu: int,
     base = shard_argv(argv)
 
     def start_shard(job: ShardJob, gpu: str | None) -> subprocess.Popen:
-        env = os.environ | {"PYTHONUNBUFFERED": "1"} | ({"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {})
         command = [sys.executable, "-m", "benchmarks.screen", *base, "--shard", f"{job.seed}/{job.count}",
-                   "--out", str(job.out.resolve())]
+                   "--out", str(job.out)]
         job.log.parent.mkdir(parents=True, exist_ok=True)
         with job.log.open("a") as log:
-            return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            return subprocess.Popen(command, env=child_env(gpu), stdout=log, stderr=subprocess.STDOUT)
 
     codes = run_jobs(jobs, gpu_slots(None), per_gpu, start or start_shard)
     failed = [job for job in jobs if codes.get(job) != 0]

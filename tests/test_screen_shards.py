@@ -79,15 +79,15 @@ def test_the_launcher_leaves_its_own_options_out_of_the_shards_command_lines() -
         screen_shards.launch([], Path("a.jsonl"), 0, 1)
 
 
-def test_the_launcher_plays_every_shard_in_its_own_process(tmp_path: Path) -> None:
+def test_the_launcher_plays_every_shard_in_its_own_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from benchmarks import screen
 
+    monkeypatch.chdir(tmp_path)  # the shards run here too, importing benchmarks from the repository
     kwargs = {"host": "family", "device": "cpu", "max_epochs": 2, "synthetic_train_size": 256,
               "synthetic_val_size": 64, "synthetic_image_size": 16, "batch_size": 64, "report_test_accuracy": True}
-    out = tmp_path / "all.jsonl"
     argv = ["--env", "Esper-Synthetic-v0", "--set", "family", "--arms", "static-seedling", "grow-x2@0",
             "--conditions", "full", "--no-mixture", "--seeds", "0", "--env-kwargs", json.dumps(kwargs),
-            "--processes", "2", "--per-gpu", "2", "--out", str(out)]
+            "--processes", "2", "--per-gpu", "2", "--out", "all.jsonl"]
     assert screen.main(argv) == 0
     rows = [json.loads(line) for i in (0, 1) for line in (tmp_path / f"all-{i}.jsonl").read_text().splitlines()]
     assert sorted(r["arm"] for r in rows) == ["grow-x2@0", "static-seedling"]  # one group each, both played

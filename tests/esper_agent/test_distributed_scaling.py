@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from benchmarks import scaling
 
 
-def test_scaling_smoke_measures_one_and_two_processes(tmp_path: Path) -> None:
-    scaling.main(["--smoke", "--out", str(tmp_path)])
+def test_scaling_smoke_measures_one_and_two_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # a relative --out names the same folder to the launcher and its workers
+    scaling.main(["--smoke", "--out", "."])
     report = json.loads((tmp_path / "scaling-cpu.json").read_text())
     rows = report["rows"]
     assert [(r["mode"], r["processes"], r["sub_envs"]) for r in rows] == [
