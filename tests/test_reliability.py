@@ -13,7 +13,6 @@ import importlib.util
 import inspect
 import json
 import math
-import os
 import random
 import shutil
 import signal
@@ -31,6 +30,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import esper_env  # noqa: F401  (registers the Esper ids)
+from benchmarks.common import child_env
 from esper_agent import train
 from esper_agent.baselines import RandomValidActor
 from esper_agent.checkpoint import load_checkpoint
@@ -64,8 +64,7 @@ def cli_args(run_dir: Path, updates: int) -> list[str]:
 
 def start_cli(args: list[str], stderr: Path, code: str | None = None) -> subprocess.Popen:
     """``python -m esper_agent.train ARGS`` (or ``python -c CODE ARGS``) in a child process, one torch thread."""
-    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get(
-        "PYTHONPATH", "")])}
+    env = child_env(OMP_NUM_THREADS="1")
     command = [sys.executable, "-c", code] if code else [sys.executable, "-m", "esper_agent.train"]
     with open(stderr, "w") as err:
         return subprocess.Popen([*command, *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)

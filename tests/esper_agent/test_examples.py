@@ -13,7 +13,7 @@ import pytest
 import toy_env
 from agent_fixtures import one_torch_thread  # noqa: F401  (autouse: one torch thread per test)
 
-from benchmarks.common import json_safe
+from benchmarks.common import child_env, json_safe
 
 ROOT = Path(__file__).resolve().parents[2]
 HAS_ESPER_VECTOR_ENV = importlib.util.find_spec("esper_env.vector_env") is not None
@@ -30,8 +30,7 @@ def load_benchmark() -> object:
 
 @needs_esper
 def test_train_ppo_example_runs() -> None:
-    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": path}  # one thread: see agent_fixtures.py
+    env = child_env(OMP_NUM_THREADS="1")  # one thread: see agent_fixtures.py
     result = subprocess.run([sys.executable, "examples/train_ppo.py", "--updates", "2", "--num-envs", "2",
                              "--max-epochs", "3", "--device", "cpu"], cwd=ROOT, env=env, capture_output=True,
                             text=True, timeout=120)
