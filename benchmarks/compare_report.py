@@ -211,6 +211,24 @@ def grown(slices: list[dict]) -> str:
     return f"{top} ({100 * n / counts.total():.0f}%)"
 
 
+def trained_host_epochs(slices: list[dict]) -> int:
+    """The most host epochs any of the arm's seeds trained: its curve's last episode ends there. MaskablePPO
+    collects whole rollouts, so a budget that is not a whole number of them ends one rollout past it
+    (``maskable_multidiscrete-m3``'s 640-host-epoch rollouts reach 8,320 of a budget of 8,000); an arm without a
+    curve (a fixed policy) trained what its budget says."""
+    def trained(slice_: dict) -> int:
+        curve = slice_.get("curve") or [{}]
+        return int(curve[-1].get("host_epochs", slice_["budget_host_epochs"]))
+
+    return max(trained(s) for s in slices)
+
+
+def budget_cell(row: dict) -> str:
+    """The budget, and what the arm trained where that differs, so a learner that trained more is never hidden."""
+    budget, trained = row["budget_host_epochs"], row["trained_host_epochs"]
+    return f"{budget}" if trained == budget else f"{budget} ({trained} trained)"
+
+
 def summarize(arms: dict[str, list[dict]]) -> list[dict]:
     counted = {arm: counted_episodes(slices) for arm, slices in arms.items()}
     static = np.nanmean(_per_seed(counted["static"], "test_accuracy")) if "static" in arms else math.nan
@@ -235,7 +253,8 @@ def summarize(arms: dict[str, list[dict]]) -> list[dict]:
             "val_accuracy": val, "seed_params": params,
             "gain_pp_per_1k_params": gain,
             "invalid_rate": float(np.nanmean(_per_seed(counted[arm], "invalid_rate"))),
-            "budget_host_epochs": slices[0]["budget_host_epochs"], "rollbacks": int(sum(
+            "budget_host_epochs": slices[0]["budget_host_epochs"], "trained_host_epochs": trained_host_epochs(slices),
+            "rollbacks": int(sum(
                 e["rollback"] for s in slices for e in s["episodes"])),
             "seconds_per_seed": float(np.mean([s["train_seconds"] + s["eval_seconds"] for s in slices])),
             "devices": sorted({s["device"] for s in slices}),
@@ -300,7 +319,7 @@ def markdown(rows: list[dict], env: str, roles: h2h_goals.Roles = h2h_goals.DEFA
         lines.append(f"| {r['arm']} | {len(r['seeds'])} | {pct(r['test_accuracy'])}{ci(r['test_ci95'])} | {delta} | "
                      f"{paired} | {pct(r['return'])}{ci(r['return_ci95'])} | {r['seed_params']:.0f} | {gain} | "
                      f"{r['grown']} | "
-                     f"{pct(r['invalid_rate'])} | {r['budget_host_epochs']} | "
+                     f"{pct(r['invalid_rate'])} | {budget_cell(r)} | "
                      f"{r['rollbacks']} | {r['seconds_per_seed']:.0f} |")
     lines += _goal_lines(rows)
     lines += h2h_report.markdown_lines(rows, roles)  # goals, cost, horizon and plans, where the slices record them

@@ -1,6 +1,8 @@
 """MaskablePPO training for ``compare_agents``' maskable arms: their configuration (``--sb3-kwargs``), the model
 built, or continued from the state a paused run of its slice saved, and trained to the slice's budget in
-whole-episode rollouts.
+whole-episode rollouts: SB3 collects a whole rollout even when less of the budget is left, so a budget that is not a
+whole number of rollouts ends one rollout past it (``rollout_episodes`` 4 on ``Esper-CIFAR10-v0``, 640 host epochs,
+trains 8,320 of a budget of 8,000; the report's table shows what each learner trained).
 
 ``--sb3-kwargs`` is a JSON object with any of (:data:`SB3_KWARGS`):
 

@@ -91,6 +91,19 @@ def test_the_report_gives_cost_horizon_plans_and_the_frontier_per_arm(tmp_path):
     assert np.isnan(when[1]).all() and when[2].tolist() == [1, 0, 0] and seeds.tolist() == [2, 0, 2]
 
 
+def test_the_table_shows_what_a_learner_trained_where_it_ran_past_its_budget():
+    # MaskablePPO trains whole rollouts: 8,000 host epochs in rollouts of 640 end at 8,320
+    slices = {"static": [_slice("static", 0, 0.5, [], 1e4, 2e12)],
+              "maskable_flat": [_slice("maskable_flat", seed, 0.5, [], 1e4, 2e12, 8000) for seed in (0, 1)],
+              "esper_agent": [_slice("esper_agent", 0, 0.5, [], 1e4, 2e12, 8000)]}
+    slices["maskable_flat"][1]["curve"] = [{"host_epochs": 7680}, {"host_epochs": 8320}]
+    slices["esper_agent"][0]["curve"] = [{"host_epochs": 8000}]
+    rows = {r["arm"]: r for r in compare_report.summarize(slices)}
+    assert [rows[a]["trained_host_epochs"] for a in ("static", "maskable_flat", "esper_agent")] == [0, 8320, 8000]
+    table = compare_report.markdown(list(rows.values()), "Esper-Synthetic-v0")
+    assert "| 8000 (8320 trained) |" in table and table.count("| 8000 |") == 1 and "| 0 |" in table
+
+
 def test_the_frontier_the_horizon_line_and_slices_without_facts():
     rows = [{"arm": "b", "kind": "static", "train_flops": 9.0, "test_accuracy": 0.7},
             {"arm": "a", "kind": "static", "train_flops": 3.0, "test_accuracy": 0.6},
