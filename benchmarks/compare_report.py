@@ -216,11 +216,7 @@ def trained_host_epochs(slices: list[dict]) -> int:
     collects whole rollouts, so a budget that is not a whole number of them ends one rollout past it
     (``maskable_multidiscrete-m3``'s 640-host-epoch rollouts reach 8,320 of a budget of 8,000); an arm without a
     curve (a fixed policy) trained what its budget says."""
-    def trained(slice_: dict) -> int:
-        curve = slice_.get("curve") or [{}]
-        return int(curve[-1].get("host_epochs", slice_["budget_host_epochs"]))
-
-    return max(trained(s) for s in slices)
+    return max(int((s.get("curve") or [{}])[-1].get("host_epochs", s["budget_host_epochs"])) for s in slices)
 
 
 def budget_cell(row: dict) -> str:
