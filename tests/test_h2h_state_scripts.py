@@ -38,11 +38,14 @@ def commit(repo: Path) -> None:
 
 def scratch_repo(path: Path) -> Path:
     """A repository holding the committed scripts and plans, the screen summary and one finished slice."""
-    for name in ("stage.sh", "collect.sh", "device_call.sh", "plan-learners.json", "plan-fixed.json"):
+    for name in ("stage.sh", "collect.sh", "unpack_state.sh", "device_call.sh", "plan-learners.json",
+                 "plan-fixed.json"):
         write(path / H2H / name, (ROOT / H2H / name).read_text())
     write(path / "benchmarks/results/screen" / ENV / "summary.json", "[]")
     write(path / H2H / ENV / "static/seed0.json", '{"arm": "static"}')
     write(path / H2H / ENV / "static/seed0-records.json.gz", "records")
+    write(path / "README.md", "the tree beside the results, which every call carries")
+    write(path / ".gitignore", "/.stage/\n")
     run(["git", "init", "-q"], path)
     commit(path)
     return path
@@ -108,6 +111,7 @@ def test_collect_then_stage_on_a_fresh_clone_restores_the_paused_learners_and_sk
     assert (clone / ".stage/sha").read_text() == head
     assert sorted(p.name for p in (clone / ".stage/d3").iterdir()) == ["README.md", "SHA256SUMS", "test.npz",
                                                                        "train_4.npz"]
+    assert (clone / ".stage/unpack_state.sh").exists()
 
 
 def test_stage_refuses_a_tree_with_uncommitted_changes(tmp_path):
@@ -154,3 +158,45 @@ def test_collect_drops_a_finished_slices_leftover_training_state(tmp_path):
     assert not (repo / ".stage/h2h" / ENV / "esper_agent-e3/seed0.ckpt").exists()
     with tarfile.open(repo / H2H / "paused-state.tgz") as tar:
         assert f"h2h/{ENV}/esper_agent-e3/seed0.ckpt" not in tar.getnames()
+
+
+def test_a_machine_lost_between_calls_is_restaged_from_the_last_calls_state(tmp_path):
+    """The staged copy of unpack_state.sh lays out what the last call returned as .stage/h2h, for the next run call
+    to carry, while benchmarks/results is moved aside; an earlier call's return is refused."""
+    repo = scratch_repo(tmp_path / "repo")
+    assert run(["bash", str(H2H / "stage.sh"), str(fake_data(tmp_path / "cifar"))], repo).returncode == 0
+    log = f"logs/{ENV}/esper_agent-e3-0.log"
+    first = returned_call(tmp_path / "first", {f"{ENV}/esper_agent-e3/seed0.ckpt": "update 8", log: "a\n"})
+    second = returned_call(tmp_path / "second", {f"{ENV}/esper_agent-e3/seed0.ckpt": "update 16", log: "a\nb\n"})
+    shutil.move(repo / "benchmarks/results", tmp_path / "results-aside")
+    for call in (first, second):
+        unpacked = run(["bash", ".stage/unpack_state.sh", str(call)], repo)
+        assert unpacked.returncode == 0, unpacked.stdout + unpacked.stderr
+    assert (repo / ".stage/h2h" / ENV / "esper_agent-e3/seed0.ckpt").read_text() == "update 16"
+    refused = run(["bash", ".stage/unpack_state.sh", str(first)], repo)
+    assert refused.returncode != 0 and "refused" in refused.stdout
+    assert (repo / ".stage/h2h" / ENV / "esper_agent-e3/seed0.ckpt").read_text() == "update 16"
+    assert not (repo / ".stage/h2h-new").exists() or not any((repo / ".stage/h2h-new").iterdir())
+
+
+def test_device_call_prints_progress_but_masks_finished_slices_results(tmp_path):
+    """What a call prints reaches whoever runs the campaign call by call; results wait for the declared read."""
+    stubs = tmp_path / "bin"
+    for tool, body in (("python", "exit 0"), ("nvidia-smi", "exit 0")):
+        write(stubs / tool, f"#!/usr/bin/env bash\n{body}\n")
+        (stubs / tool).chmod(0o755)
+    machine = tmp_path / "machine"
+    write(machine / ".stage/cifar/test.npz", "data")
+    write(machine / ".stage/sha", "abc")
+    write(machine / f".stage/h2h/logs/{ENV}/static-0.log",
+          "== started\nstatic seed 0: test accuracy 0.8123, seed params 0, 140s\n")
+    write(machine / f".stage/h2h/logs/{ENV}/esper_agent-e3-1.log", "esper_agent seed 1: paused after update 9/50\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    called = subprocess.run(["bash", str(ROOT / H2H / "device_call.sh"), "5", "0", "1", "0"], cwd=machine,
+                            capture_output=True, text=True,
+                            env={"PATH": f"{stubs}:{os.environ['PATH']}", "OUT": str(out)})
+    assert called.returncode == 0, called.stdout + called.stderr
+    assert "0.8123" not in called.stdout and "140s" not in called.stdout
+    assert "static seed 0: done (results masked until the read)" in called.stdout
+    assert "esper_agent seed 1: paused after update 9/50" in called.stdout

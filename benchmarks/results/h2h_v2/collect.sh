@@ -1,33 +1,16 @@
 #!/usr/bin/env bash
-# After a session's last device call of device_call.sh: unpack the state it returned into .stage/h2h, then copy
-# every finished slice (seed<N>.json, its records, its log) into this folder, printing the ones not here before. The
-# records move (the campaign needs only seed<N>.json to skip a finished slice), so the state carried to the next
-# machine stays small. Last, the paused learners' files (checkpoints, curves, normalisation statistics) and the
-# slices' logs go into paused-state.tgz, to be committed: an ignored .stage does not outlive the checkout, and
-# stage.sh rebuilds it from that file and the finished slices.
-# A returned state that goes back is refused (FORCE=1 takes it): every log of the current .stage/h2h must still
-# begin the same way in it, as logs are only appended to. So an earlier call's return, or one from a machine that
-# lost the state, cannot overwrite the paused state.
+# After a session's last device call of device_call.sh: unpack the state it returned into .stage/h2h
+# (unpack_state.sh, which refuses a state older than the one there), then copy every finished slice (seed<N>.json,
+# its records, its log) into this folder, printing the ones not here before. The records move (the campaign needs
+# only seed<N>.json to skip a finished slice), so the state carried to the next machine stays small. Last, the paused
+# learners' files (checkpoints, curves, normalisation statistics) and the slices' logs go into paused-state.tgz, to be
+# committed: an ignored .stage does not outlive the checkout, and stage.sh rebuilds it from that file and the
+# finished slices.
 # Run from the repository's root. Usage: bash benchmarks/results/h2h_v2/collect.sh /work/.device/<call>
 set -euo pipefail
 shopt -s nullglob
 src=$1 env=Esper-CIFAR10-v0 dest=benchmarks/results/h2h_v2
-rm -rf .stage/h2h-new
-mkdir -p .stage/h2h-new
-cat "$src"/h2h-small.tgz.part-* | tar xz -C .stage/h2h-new
-cat "$src"/h2h-ckpt.tgz.part-* | tar xz -C .stage/h2h-new
-[ -d .stage/h2h-new/h2h ] || { echo "refused: $src returned no h2h state"; exit 1; }
-for old in .stage/h2h/logs/*/*.log; do
-  new=.stage/h2h-new/h2h/${old#.stage/h2h/}
-  if [ -z "${FORCE:-}" ] && ! { [ -f "$new" ] && cmp -s -n "$(stat -c %s "$old")" "$old" "$new"; }; then
-    echo "refused: $src holds an older state than .stage/h2h (${old#.stage/h2h/} is shorter or differs);" \
-         "collect the session's last call that ran on the state, or FORCE=1"
-    exit 1
-  fi
-done
-rm -rf .stage/h2h
-mv .stage/h2h-new/h2h .stage/h2h
-rmdir .stage/h2h-new
+bash "$(dirname "$0")/unpack_state.sh" "$src"
 for slice in .stage/h2h/"$env"/*/seed*.json; do
   [[ $slice == *.curve.json ]] && continue
   # A slice retires its training state once written; one killed between the two would carry it on forever.

@@ -21,7 +21,8 @@ done
 # A fresh machine (the last call's was given back) has neither: it must return no state, which collect.sh would
 # otherwise weigh against the last good one.
 if ! [ -f .stage/cifar/test.npz ] || ! [ -d .stage/h2h ]; then
-  echo "no .stage/cifar/test.npz or .stage/h2h on this machine: stage it again from the last collected state"; exit 2
+  echo "no .stage/cifar/test.npz or .stage/h2h on this machine: stage it again from the last call's state" \
+       "(bash .stage/unpack_state.sh /work/.device/<call> here, then the staging calls)"; exit 2
 fi
 export ESPER_DATA_DIR=$PWD/.stage/cifar ESPER_GIT_COMMIT=$(cat .stage/sha) ESPER_GIT_DIRTY=0
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
@@ -46,7 +47,11 @@ learners_rc=0
 if [ -n "${learners:-}" ]; then wait "$learners"; learners_rc=$?; fi
 kill $mon
 tail -n 12 "$OUT/learners.log" 2>/dev/null; tail -n 12 "$OUT/fixed.log" 2>/dev/null
-for f in .stage/h2h/logs/*/*.log; do echo "$f: $(tail -n 1 "$f")"; done
+# Each slice's progress; a finished slice's last line holds its results, masked: the read is declared for when
+# every slice is in (DECLARED.md), not call by call.
+for f in .stage/h2h/logs/*/*.log; do
+  echo "$f: $(tail -n 1 "$f" | sed -E 's/: test accuracy .*/: done (results masked until the read)/')"
+done
 cat "$OUT/gpu.log"
 tar cz --exclude='*.ckpt' --exclude='*.pkl' --exclude='*.zip' --exclude='*.png' -C .stage h2h \
     | split -b 15M - "$OUT/h2h-small.tgz.part-"

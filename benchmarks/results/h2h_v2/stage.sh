@@ -14,6 +14,7 @@ if [ -n "$(git status --porcelain)" ]; then echo "commit first: .stage/sha names
 mkdir -p .stage
 git rev-parse HEAD > .stage/sha
 cp "$here/device_call.sh" .stage/call_h2h.sh
+cp "$here/unpack_state.sh" .stage/unpack_state.sh
 cp "$here/plan-learners.json" .stage/h2h_learners.json
 cp "$here/plan-fixed.json" .stage/h2h_fixed.json
 cp "benchmarks/results/screen/$env/summary.json" .stage/screen-v0-summary.json
