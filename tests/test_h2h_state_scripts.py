@@ -176,7 +176,7 @@ def test_a_machine_lost_between_calls_is_restaged_from_the_last_calls_state(tmp_
     refused = run(["bash", ".stage/unpack_state.sh", str(first)], repo)
     assert refused.returncode != 0 and "refused" in refused.stdout
     assert (repo / ".stage/h2h" / ENV / "esper_agent-e3/seed0.ckpt").read_text() == "update 16"
-    assert not (repo / ".stage/h2h-new").exists() or not any((repo / ".stage/h2h-new").iterdir())
+    assert not (repo / ".stage/h2h-new").exists()
 
 
 def test_device_call_prints_progress_but_masks_finished_slices_results(tmp_path):

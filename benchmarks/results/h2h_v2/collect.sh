@@ -6,7 +6,7 @@
 # learners' files (checkpoints, curves, normalisation statistics) and the slices' logs go into paused-state.tgz, to be
 # committed: an ignored .stage does not outlive the checkout, and stage.sh rebuilds it from that file and the
 # finished slices.
-# Run from the repository's root. Usage: bash benchmarks/results/h2h_v2/collect.sh /work/.device/<call>
+# Run from the repository's root. Usage: bash benchmarks/results/h2h_v2/collect.sh <the folder the last call's $OUT files came back to>
 set -euo pipefail
 shopt -s nullglob
 src=$1 env=Esper-CIFAR10-v0 dest=benchmarks/results/h2h_v2

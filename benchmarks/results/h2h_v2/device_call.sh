@@ -22,7 +22,7 @@ done
 # otherwise weigh against the last good one.
 if ! [ -f .stage/cifar/test.npz ] || ! [ -d .stage/h2h ]; then
   echo "no .stage/cifar/test.npz or .stage/h2h on this machine: stage it again from the last call's state" \
-       "(bash .stage/unpack_state.sh /work/.device/<call> here, then the staging calls)"; exit 2
+       "(bash .stage/unpack_state.sh <the last call's returned folder> here, then the staging calls)"; exit 2
 fi
 export ESPER_DATA_DIR=$PWD/.stage/cifar ESPER_GIT_COMMIT=$(cat .stage/sha) ESPER_GIT_DIRTY=0
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True

@@ -3,9 +3,9 @@
 # takes it): every log of the current .stage/h2h must still begin the same way in it, as logs are only appended to.
 # So an earlier call's return, or one from a machine that lost the state, cannot overwrite the paused state.
 # collect.sh runs it after a session's last call. Mid-session, when the machine went back between calls (a fresh
-# one has no state), stage.sh's copy restages from the last call: bash .stage/unpack_state.sh /work/.device/<call>,
-# then the three staging calls again and the next run call carrying .stage/h2h.
-# Run from the repository's root. Usage: bash unpack_state.sh /work/.device/<call>
+# one has no state), stage.sh's copy restages from the last call's returned files: bash .stage/unpack_state.sh
+# <folder>, then the three staging calls again and the next run call carrying .stage/h2h.
+# Run from the repository's root. Usage: bash unpack_state.sh <the folder a call's $OUT files came back to>
 set -euo pipefail
 shopt -s nullglob
 src=$1
