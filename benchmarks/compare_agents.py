@@ -26,7 +26,9 @@ beside its folder's slices after each update (``seed<k>.ckpt`` for esper_agent, 
 ``seed<k>.curve.json`` and, if it normalises, ``seed<k>.vecnorm.pkl`` for MaskablePPO; :func:`saved_state`) and
 keeps it until its slice is written, so a run cut short anywhere, evaluation included, continues from its last
 update when the same command runs again; ``--keep-policy`` then keeps the trained policy
-(:func:`retire_saved_state`). With ``--time-limit-s``, a slice stops at the first update boundary after which
+(:func:`retire_saved_state`). The slice lists every run that trained it (``training_runs``: device, commit, host
+epochs from and to, seconds), since its ``device`` and ``git_commit`` name only the run that finished it. With
+``--time-limit-s``, a slice stops at the first update boundary after which
 another update as long as the last would reach that many seconds of training in this run (without a slice), and
 with ``--eval-reserve-s`` too, one that finishes training with less than that left of its limit stops before its
 evaluation (the next run, whose limit is longer than the reserve, evaluates first). esper_agent
@@ -58,9 +60,9 @@ import numpy as np
 
 import esper_env  # noqa: F401
 from benchmarks import h2h_arms, sb3_train
-from benchmarks.common import device_name, run_stamp, write_atomic, write_json
+from benchmarks.common import run_stamp, write_atomic, write_json
 from benchmarks.sb3_actor import save_maskable  # noqa: F401  (checkpoint_cost saves as the maskable arms do)
-from benchmarks.slice_state import Paused, Trained, TrainingClock, check_saved_settings
+from benchmarks.slice_state import Paused, Trained, TrainingClock, check_saved_settings, env_device
 from esper_agent.baselines import RandomValidActor, StaticActor
 from esper_agent.checkpoint import load_checkpoint, save_checkpoint
 from esper_agent.config import AgentConfig
@@ -130,12 +132,13 @@ def train_esper_agent(args: argparse.Namespace, seed: int, folder: Path) -> Trai
     trainer = Trainer(envs, config, device=resolve_device(args.agent_device), seed=seed, total_updates=updates)
     [saved], settings = saved_state("esper_agent", seed, folder), slice_settings("esper_agent", args)
     curve: list[dict] = []
-    clock = TrainingClock(args.time_limit_s, eval_reserve_s=args.eval_reserve_s)
+    clock = TrainingClock(args.time_limit_s, eval_reserve_s=args.eval_reserve_s, device=env_device(args.env_kwargs))
     if saved.exists():
         state = load_checkpoint(saved)
         check_saved_settings(saved, state.pop("settings"), settings)
-        curve, clock.earlier_s = state.pop("curve"), float(state.pop("train_seconds"))
+        curve, seconds, runs = state.pop("curve"), state.pop("train_seconds"), state.pop("runs", [])
         trainer.load_state_dict(state)
+        clock.resume(seconds, runs, trainer.env_steps)
         print(f"esper_agent seed {seed}: continues from update {trainer.update_index}/{updates}", flush=True)
     for metrics in trainer.train():
         update = trainer.update_index
@@ -145,8 +148,8 @@ def train_esper_agent(args: argparse.Namespace, seed: int, folder: Path) -> Trai
         if update % 10 == 0 or update == updates:  # progress for whoever polls a long GPU campaign's logs
             print(f"esper_agent seed {seed}: update {update}/{updates}, {trainer.env_steps} host epochs, "
                   f"return {curve[-1]['return']}", flush=True)
-        save_checkpoint(saved, trainer.state_dict() | {"curve": curve, "train_seconds": clock.total_s(),
-                                                       "settings": settings})
+        save_checkpoint(saved, trainer.state_dict() | {"curve": curve, "settings": settings}
+                        | clock.saved(trainer.env_steps))
         clock.step_done()
         if update < updates and clock.no_time_for_another_step():
             envs.close()
@@ -157,12 +160,14 @@ def train_esper_agent(args: argparse.Namespace, seed: int, folder: Path) -> Trai
     last = PolicyActor(trainer.policy.eval(), trainer.obs_norm, deterministic=True, seed=seed)
     handed_out = trainer.selected_policy()  # the kept policy, else the last
     sampled = PolicyActor(*handed_out, deterministic=False, seed=seed)
+    runs = clock.runs(trainer.env_steps)
     if trainer.selection is None or trainer.selection.best is None:
-        return Trained(last, curve, clock.total_s(), sampled_actor=sampled)
+        return Trained(last, curve, clock.total_s(), sampled_actor=sampled, training_runs=runs)
     kept = PolicyActor(*handed_out, deterministic=True, seed=seed)
     selection = {"window": trainer.selection.window, "update": trainer.selection.update,
                  "window_return_mean": trainer.selection.score}
-    return Trained(kept, curve, clock.total_s(), last_actor=last, selection=selection, sampled_actor=sampled)
+    return Trained(kept, curve, clock.total_s(), last_actor=last, selection=selection, sampled_actor=sampled,
+                   training_runs=runs)
 
 
 def _agent_config(args: argparse.Namespace) -> AgentConfig:
@@ -230,8 +235,8 @@ def run_slice(arm: str, seed: int, args: argparse.Namespace, folder: Path) -> di
             "agent_kwargs": json.loads(args.agent_kwargs) if arm == "esper_agent" else {},
             "agent_config": _agent_config(args).to_dict() if arm == "esper_agent" else None,
             **(_sb3_record(args) if arm in MASKABLE_ARMS else {}),
-            "device": device_name(resolve_device(str(args.env_kwargs.get("device", "auto")))),
-            **run_stamp(), "train_seconds": trained.train_seconds,
+            "device": env_device(args.env_kwargs), **run_stamp(), "train_seconds": trained.train_seconds,
+            "training_runs": trained.training_runs,
             "eval_seconds": finished - start, "curve": trained.curve, "episodes": episodes,
             "episode_records": [json.loads(r.to_json()) for r in records]} | extra
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.sb3_actor import Sb3Actor, save_maskable
-from benchmarks.slice_state import Paused, Trained, TrainingClock, check_saved_settings
+from benchmarks.slice_state import Paused, Trained, TrainingClock, check_saved_settings, env_device
 from esper_agent.collect import rollout_seed
 from esper_env.config import EnvConfig
 
@@ -195,12 +195,13 @@ def train_maskable(args: argparse.Namespace, seed: int, folder: Path, settings: 
     paths = state_paths(seed, folder)
     saved, saved_curve, saved_norm = paths
     curve: list[dict] = []
-    clock = TrainingClock(args.time_limit_s, eval_reserve_s=args.eval_reserve_s)
+    clock = TrainingClock(args.time_limit_s, eval_reserve_s=args.eval_reserve_s, device=env_device(args.env_kwargs))
     # VecMonitor inside the normalisation: the curve's returns are the env's own
     env = VecMonitor(make_sb3_env(args.env, args.num_envs, flatten, horizon=settings["horizon"], **args.env_kwargs))
     if saved.exists():
         model, record = _resume(paths, env, settings)
-        curve, clock.earlier_s = record["curve"], record["train_seconds"]
+        curve = record["curve"]
+        clock.resume(record["train_seconds"], record.get("runs", []), model.num_timesteps)
         print(f"{name} seed {seed}: continues from {model.num_timesteps} host epochs", flush=True)
     else:
         model = MaskablePPO("MlpPolicy", normalized(env, kwargs), seed=seed, device="cpu", verbose=0,
@@ -216,8 +217,8 @@ def train_maskable(args: argparse.Namespace, seed: int, folder: Path, settings: 
         # rate or clip range; the ones --sb3-kwargs takes are constant.
         model.learn(total_timesteps=min(model.n_steps * args.num_envs, args.budget_epochs - model.num_timesteps),
                     callback=_curve_callback(curve), reset_num_timesteps=False)
-        save_maskable(model, saved, saved_curve, {"curve": curve, "train_seconds": clock.total_s(),
-                                                   "host_epochs": model.num_timesteps, "settings": settings},
+        save_maskable(model, saved, saved_curve, {"curve": curve, "host_epochs": model.num_timesteps,
+                                                   "settings": settings} | clock.saved(model.num_timesteps),
                       saved_norm=norm_at)
         clock.step_done()
         if model.num_timesteps < args.budget_epochs and clock.no_time_for_another_step():
@@ -227,4 +228,5 @@ def train_maskable(args: argparse.Namespace, seed: int, folder: Path, settings: 
     env.close()
     clock.pause_unless_evaluation_fits(f"{name} seed {seed}", saved)
     actor = partial(Sb3Actor, model, flatten, config.num_slots, obs_norm=frozen(env))
-    return Trained(actor(), curve, clock.total_s(), sampled_actor=actor(deterministic=False, seed=seed))
+    return Trained(actor(), curve, clock.total_s(), sampled_actor=actor(deterministic=False, seed=seed),
+                   training_runs=clock.runs(model.num_timesteps))

@@ -1,7 +1,8 @@
 """What a ``compare_agents`` slice carries from training to evaluation, and what lets a learning slice's training
 span runs: the trained policies (:class:`Trained`), the pause at ``--time-limit-s`` or before an evaluation that
-would overrun it (:class:`Paused`, :class:`TrainingClock`) and the check that a saved state continues only under
-the settings it was saved with."""
+would overrun it (:class:`Paused`, :class:`TrainingClock`), the record of which runs trained it (device and code
+of each: :meth:`TrainingClock.runs`) and the check that a saved state continues only under the settings it was
+saved with."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from benchmarks.common import device_name, run_stamp
+from esper_agent.train import resolve_device
 
 
 @dataclass
@@ -24,22 +28,55 @@ class Trained:
     last_actor: Any = None
     selection: dict[str, Any] | None = None
     sampled_actor: Any = None
+    training_runs: list[dict[str, Any]] = field(default_factory=list)
 
 
 class Paused(Exception):
     """A learning slice stopped at ``--time-limit-s`` with its training state saved; rerun to continue it."""
 
 
+def env_device(env_kwargs: dict[str, Any]) -> str:
+    """The name of the device a slice's hosts train on: the env's own (``auto``: the GPU if there is one)."""
+    return device_name(resolve_device(str(env_kwargs.get("device", "auto"))))
+
+
 class TrainingClock:
     """This run's training time against ``--time-limit-s``, plus what earlier runs of the slice spent; with
     ``--eval-reserve-s``, the seconds of the limit a slice's evaluation needs. Training runs in steps (an update,
     a rollout) whose state is saved after each; :meth:`no_time_for_another_step` predicts the next step's length
-    by the last one's."""
+    by the last one's.
 
-    def __init__(self, limit_s: float | None, earlier_s: float = 0.0, eval_reserve_s: float = 0.0) -> None:
+    It also keeps the slice's runs, each with the device (``device``) and code it trained on: a slice that spans
+    runs can span machines and commits, and the slice's own ``device`` and ``git_commit`` name only the run that
+    finished it. A state saved before runs were recorded has none, so its first recorded run starts past 0 host
+    epochs."""
+
+    def __init__(self, limit_s: float | None, earlier_s: float = 0.0, eval_reserve_s: float = 0.0,
+                 device: str = "") -> None:
         self.limit_s, self.earlier_s, self.start = limit_s, earlier_s, time.perf_counter()
-        self.eval_reserve_s = eval_reserve_s
+        self.eval_reserve_s, self.device = eval_reserve_s, device
         self.last_step_s, self._step_start = 0.0, self.start
+        self.earlier_runs: list[dict[str, Any]] = []
+        self.from_host_epochs = 0
+        self._code: dict[str, Any] | None = None  # this run's commit and torch, asked once (git is not free)
+
+    def resume(self, train_seconds: float, runs: list[dict[str, Any]], host_epochs: int) -> None:
+        """Continue a saved state: its earlier runs' training seconds and runs; this run starts at ``host_epochs``."""
+        self.earlier_s, self.earlier_runs, self.from_host_epochs = float(train_seconds), list(runs), host_epochs
+
+    def runs(self, host_epochs: int) -> list[dict[str, Any]]:
+        """The earlier runs and this one, which has trained up to ``host_epochs`` so far."""
+        if self._code is None:  # plain values: a checkpoint loads with weights_only (no torch's TorchVersion)
+            stamp = run_stamp()
+            self._code = {"git_commit": stamp["git_commit"], "git_dirty": stamp["git_dirty"],
+                          "torch": str(stamp["torch"])}
+        this = {"device": self.device, **self._code, "from_host_epochs": self.from_host_epochs,
+                "to_host_epochs": host_epochs, "train_seconds": time.perf_counter() - self.start}
+        return [*self.earlier_runs, this]
+
+    def saved(self, host_epochs: int) -> dict[str, Any]:
+        """What a learning slice's saved state keeps of its clock: seconds and runs up to ``host_epochs``."""
+        return {"train_seconds": self.total_s(), "runs": self.runs(host_epochs)}
 
     def step_done(self) -> None:
         """Mark the end of a training step (its save included); the first step's length includes the setup

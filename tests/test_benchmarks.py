@@ -166,6 +166,12 @@ def test_a_paused_agent_slice_continues_exactly_where_it_stopped(tmp_path, capsy
     resumed = json.loads((paused / "seed0.json").read_text())
     assert [p["return"] for p in resumed["curve"]] == [p["return"] for p in whole["curve"]]
     assert resumed["episodes"] == whole["episodes"]
+    # every run that trained it, on its device and code; the last only evaluated
+    spans = [(r["from_host_epochs"], r["to_host_epochs"]) for r in resumed["training_runs"]]
+    assert spans == [(0, 6), (6, 12), (12, 18), (18, 18)]
+    assert {r["device"] for r in resumed["training_runs"]} == {resumed["device"]}
+    assert {r["git_commit"] for r in resumed["training_runs"]} == {resumed["git_commit"]}
+    assert [(r["from_host_epochs"], r["to_host_epochs"]) for r in whole["training_runs"]] == [(0, 18)]
 
 
 class _HostLost(Exception):
@@ -261,6 +267,10 @@ def test_a_paused_maskable_slice_continues_to_its_budget(tmp_path, capsys):
     compare_agents.main([*args, "--time-limit-s", "0"])  # one rollout of 2 sub-envs x 3 steps, then it pauses
     assert "paused at 6/12 host epochs" in capsys.readouterr().out
     assert (folder / "seed0.sb3.zip").exists() and not (folder / "seed0.json").exists()
+    record = json.loads((folder / "seed0.curve.json").read_text())
+    assert [(r["from_host_epochs"], r["to_host_epochs"]) for r in record["runs"]] == [(0, 6)]
+    del record["runs"]  # as a state saved before runs were recorded
+    (folder / "seed0.curve.json").write_text(json.dumps(record))
     compare_agents.main([*args, "--time-limit-s", "1000", "--eval-reserve-s", "999.99"])  # trains on, evaluates not
     out = capsys.readouterr().out
     assert "continues from 6 host epochs" in out and "trained, paused before its evaluation" in out
@@ -271,6 +281,9 @@ def test_a_paused_maskable_slice_continues_to_its_budget(tmp_path, capsys):
     assert [p["host_epochs"] for p in slice_["curve"]] == [6, 6, 12, 12]  # each sub-env's episode per rollout
     assert [e["env_seed"] for e in slice_["sampled_episodes"]] == [e["env_seed"] for e in slice_["episodes"]]
     assert not (folder / "seed0.sb3.zip").exists() and not (folder / "seed0.curve.json").exists()
+    # the first run's record was lost with its state: the runs start where the recorded ones began
+    assert [(r["from_host_epochs"], r["to_host_epochs"], r["device"]) for r in slice_["training_runs"]] == [
+        (6, 12, slice_["device"]), (12, 12, slice_["device"])]
 
 
 def test_keep_policy_keeps_a_finished_slices_trained_policy_where_a_rerun_does_not_resume_it(tmp_path):

@@ -68,3 +68,24 @@ def test_the_evaluation_pauses_when_less_than_its_reserve_is_left(now):
     with pytest.raises(Paused, match="less than --eval-reserve-s 40 s"):
         clock.pause_unless_evaluation_fits("arm seed 0", Path("seed0.ckpt"))
     assert clock.total_s() == 561  # earlier runs' seconds count toward the slice, not toward this run's limit
+
+
+def test_a_resumed_clock_keeps_the_earlier_runs_and_adds_its_own_on_its_device_and_code(now, monkeypatch):
+    monkeypatch.setattr(slice_state, "run_stamp", lambda: {"git_commit": "abc", "git_dirty": False, "torch": "2.x",
+                                                           "created": "now"})
+    earlier = [{"device": "GPU A", "git_commit": "old", "from_host_epochs": 0, "to_host_epochs": 640}]
+    clock = TrainingClock(100.0, device="GPU B")
+    clock.resume(300.0, earlier, host_epochs=640)
+    now[0] += 20
+    saved = clock.saved(1280)
+    assert saved["train_seconds"] == 320  # all runs' seconds, as before
+    assert saved["runs"] == [*earlier, {"device": "GPU B", "git_commit": "abc", "git_dirty": False, "torch": "2.x",
+                                        "from_host_epochs": 640, "to_host_epochs": 1280, "train_seconds": 20}]
+    assert earlier == [earlier[0]] and len(earlier) == 1  # the saved list is not the caller's
+
+
+def test_a_fresh_clock_has_one_run_from_zero(now):
+    clock = TrainingClock(None, device="cpu")
+    now[0] += 5
+    [run] = clock.runs(12)
+    assert (run["device"], run["from_host_epochs"], run["to_host_epochs"], run["train_seconds"]) == ("cpu", 0, 12, 5)
