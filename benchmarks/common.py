@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from esper_agent.train import git_commit
+from esper_agent.train import git_commit, resolve_device
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,6 +44,11 @@ def device_name(device: str) -> str:
     if device.startswith("cuda"):
         return torch.cuda.get_device_name(torch.device(device))
     return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def env_device(env_kwargs: dict[str, Any]) -> str:
+    """The name of the device an Esper env's hosts train on: the env's own (``auto``: the GPU if there is one)."""
+    return device_name(resolve_device(str(env_kwargs.get("device", "auto"))))
 
 
 def device_tag(name: str) -> str:

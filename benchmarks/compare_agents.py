@@ -60,9 +60,9 @@ import numpy as np
 
 import esper_env  # noqa: F401
 from benchmarks import h2h_arms, sb3_train
-from benchmarks.common import run_stamp, write_atomic, write_json
+from benchmarks.common import env_device, run_stamp, write_atomic, write_json
 from benchmarks.sb3_actor import save_maskable  # noqa: F401  (checkpoint_cost saves as the maskable arms do)
-from benchmarks.slice_state import Paused, Trained, TrainingClock, check_saved_settings, env_device
+from benchmarks.slice_state import Paused, Trained, TrainingClock, check_saved_settings
 from esper_agent.baselines import RandomValidActor, StaticActor
 from esper_agent.checkpoint import load_checkpoint, save_checkpoint
 from esper_agent.config import AgentConfig

@@ -37,8 +37,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import env_device
 from benchmarks.sb3_actor import Sb3Actor, save_maskable
-from benchmarks.slice_state import Paused, Trained, TrainingClock, check_saved_settings, env_device
+from benchmarks.slice_state import Paused, Trained, TrainingClock, check_saved_settings
 from esper_agent.collect import rollout_seed
 from esper_env.config import EnvConfig
 

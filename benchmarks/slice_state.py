@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import device_name, run_stamp
-from esper_agent.train import resolve_device
+from benchmarks.common import run_stamp
 
 
 @dataclass
@@ -35,11 +34,6 @@ class Paused(Exception):
     """A learning slice stopped at ``--time-limit-s`` with its training state saved; rerun to continue it."""
 
 
-def env_device(env_kwargs: dict[str, Any]) -> str:
-    """The name of the device a slice's hosts train on: the env's own (``auto``: the GPU if there is one)."""
-    return device_name(resolve_device(str(env_kwargs.get("device", "auto"))))
-
-
 class TrainingClock:
     """This run's training time against ``--time-limit-s``, plus what earlier runs of the slice spent; with
     ``--eval-reserve-s``, the seconds of the limit a slice's evaluation needs. Training runs in steps (an update,
@@ -51,9 +45,8 @@ class TrainingClock:
     finished it. A state saved before runs were recorded has none, so its first recorded run starts past 0 host
     epochs."""
 
-    def __init__(self, limit_s: float | None, earlier_s: float = 0.0, eval_reserve_s: float = 0.0,
-                 device: str = "") -> None:
-        self.limit_s, self.earlier_s, self.start = limit_s, earlier_s, time.perf_counter()
+    def __init__(self, limit_s: float | None, eval_reserve_s: float = 0.0, device: str = "") -> None:
+        self.limit_s, self.earlier_s, self.start = limit_s, 0.0, time.perf_counter()
         self.eval_reserve_s, self.device = eval_reserve_s, device
         self.last_step_s, self._step_start = 0.0, self.start
         self.earlier_runs: list[dict[str, Any]] = []

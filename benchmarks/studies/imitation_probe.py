@@ -20,12 +20,11 @@ import numpy as np
 import torch
 
 import esper_env  # noqa: F401
-from benchmarks.common import device_name, device_tag, run_stamp, write_json
+from benchmarks.common import device_tag, env_device, run_stamp, write_json
 from esper_agent.config import AgentConfig
 from esper_agent.envs import VectorEnvDriver
 from esper_agent.evaluate import PolicyActor, run_episodes
 from esper_agent.heuristic import HeuristicActor, env_host
-from esper_agent.train import resolve_device
 from esper_agent.trainer import Trainer
 
 
@@ -64,9 +63,8 @@ def main(argv: list[str] | None = None) -> dict:
                             eval_seed)
     heuristic = run_episodes(driver, HeuristicActor(driver.num_slots, host=env_host(driver.envs)), args.episodes,
                              eval_seed)
-    env_device = resolve_device(str(args.env_kwargs.get("device", "auto")))  # as compare_agents names it
     result = {"env": args.env, "env_kwargs": args.env_kwargs, "num_envs": args.num_envs,
-              "agent_config": config.to_dict(), "device": device_name(env_device),
+              "agent_config": config.to_dict(), "device": env_device(args.env_kwargs),
               "torch_threads": torch.get_num_threads(),
               "train_seconds": train_s, "updates": updates, "eval_seed": eval_seed, **run_stamp(),
               "imitated_greedy": _summary(imitated), "heuristic": _summary(heuristic)}
