@@ -26,14 +26,13 @@ beside its folder's slices after each update (``seed<k>.ckpt`` for esper_agent, 
 ``seed<k>.curve.json`` and, if it normalises, ``seed<k>.vecnorm.pkl`` for MaskablePPO; :func:`saved_state`) and
 keeps it until its slice is written, so a run cut short anywhere, evaluation included, continues from its last
 update when the same command runs again; ``--keep-policy`` then keeps the trained policy
-(:func:`retire_saved_state`). The slice lists every run that trained it (``training_runs``: device, commit, host
-epochs from and to, seconds), since its ``device`` and ``git_commit`` name only the run that finished it; that run
-is listed too when it only evaluated (no host epochs). With
-``--time-limit-s``, a slice stops at the first update boundary after which
-another update as long as the last would reach that many seconds of training in this run (without a slice), and
+(:func:`retire_saved_state`). The slice lists every run that trained it (``training_runs``: device, commit, host epochs
+from and to, seconds), since its ``device`` and ``git_commit`` name only the run that finished it; that run is listed
+too when it only evaluated (no host epochs). With ``--time-limit-s``, a slice stops at the first update boundary after
+which another update as long as the last would reach that many seconds of training in this run (without a slice), and
 with ``--eval-reserve-s`` too, one that finishes training with less than that left of its limit stops before its
-evaluation (the next run, whose limit is longer than the reserve, evaluates first). esper_agent
-continues exactly where it stopped (its envs reset from (seed, update) at every rollout: :mod:`esper_agent.trainer`);
+evaluation (the next run, whose limit is longer than the reserve, evaluates first). esper_agent continues exactly where
+it stopped (its envs reset from (seed, update) at every rollout: :mod:`esper_agent.trainer`);
 MaskablePPO continues its network and optimizer on fresh envs, with its env and action-sampling streams reseeded
 from (seed, host epochs so far) (its rollouts are whole episodes here, so no episode is cut). A slice continues
 only under the settings it was saved with (env, its kwargs, sub-envs, budget, agent kwargs, MaskablePPO's horizon
