@@ -64,7 +64,8 @@ def clone_missing(folder: Path, expected: dict[str, list[int]]) -> list[str]:
 
 
 def _leaves(value: Any, path: tuple, visit: Callable[[Any, Any, tuple], None]) -> None:
-    """Call ``visit(container, key, path)`` for every number under ``value`` (a list's items share one path)."""
+    """Call ``visit(container, key, path)`` for every float under ``value`` (a list's items share one path); ints,
+    such as host epochs and episode lengths, are counts the report's layout needs and stay."""
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
         step = path + ((key if isinstance(value, dict) else "[]"),)
@@ -88,7 +89,12 @@ def scramble(slices: list[dict], rng: random.Random) -> None:
                 s[key][i] = {**pool.pop(), **{k: episode[k] for k in EPISODE_FACTS if k in episode}}
     rest = [{k: v for k, v in s.items() if k not in EPISODE_LISTS} for s in slices]
     values: dict[tuple, list[float]] = defaultdict(list)
-    _leaves(rest, (), lambda c, k, path: _measured(path[1:]) and values[path[1:]].append(c[k]))
+
+    def take(container: Any, key: Any, path: tuple) -> None:
+        if _measured(path[1:]):
+            values[path[1:]].append(container[key])
+
+    _leaves(rest, (), take)
     for pool in values.values():
         rng.shuffle(pool)
 
@@ -121,8 +127,8 @@ def masked(text: str) -> str:
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    own, sep, report_flags = (argv[:argv.index("--")], "--", argv[argv.index("--") + 1:]) if "--" in argv \
-        else (argv, "", [])
+    cut = argv.index("--") if "--" in argv else len(argv)
+    own, report_flags = argv[:cut], argv[cut + 1:]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path, help="the campaign's slices: <out>/<env>")
     parser.add_argument("--into", type=Path, required=True, help="a new folder for the scrambled copy")
@@ -143,6 +149,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         except ValueError as error:
             parser.error(f"--expect {' '.join(group)}: {error}")
         for name in group[1:]:
+            if not any((args.folder / name).glob("seed*.json")):
+                parser.error(f"--expect {name}: no slice under {args.folder / name} to clone the missing ones from")
             expected[name] = sorted(set(expected.get(name, [])) | set(seeds))
     args.expected = expected
     return args, report_flags

@@ -93,7 +93,8 @@ def test_bad_arguments_are_refused_before_anything_is_written(tmp_path, capsys):
             ([str(tmp_path / "c"), "--into", str(tmp_path / "taken")], "exists; expected a new folder"),
             ([str(tmp_path / "nowhere"), "--into", str(tmp_path / "x")], "expected a campaign's folder"),
             ([str(tmp_path / "c"), "--into", str(tmp_path / "x"), "--expect", "0-7"], "at least one arm folder"),
-            ([str(tmp_path / "c"), "--into", str(tmp_path / "x"), "--expect", "7-0", "static"], "is empty")):
+            ([str(tmp_path / "c"), "--into", str(tmp_path / "x"), "--expect", "7-0", "static"], "is empty"),
+            ([str(tmp_path / "c"), "--into", str(tmp_path / "x"), "--expect", "0-1", "random"], "no slice under")):
         with pytest.raises(SystemExit):
             rehearse_read.main(argv)
         assert message in capsys.readouterr().err
