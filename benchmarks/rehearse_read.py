@@ -9,11 +9,11 @@ learner past its budget) would break it half-read. This copies the campaign's fo
 missing slice that ``--expect SEEDS FOLDER...`` declares as a clone of its arm's latest seed (its evaluation
 episodes moved to the missing seed's reset seeds, as :func:`benchmarks.compare_agents.eval_env_seeds` deals them),
 then scrambles what the slices measured: every evaluation episode is exchanged with one drawn at random from every
-slice's episodes of that kind (keeping its own reset seed and hidden condition), every other measured number with the
-same field of a random slice (configuration, ``*_config`` and ``*_kwargs``, is kept), and the episode records among
-all slices. ``compare_report`` then runs on the copy with the flags after ``--``; its output is not printed. What
-comes back: its exit status, the files it wrote and the table's layout with every digit masked. Nothing under the
-campaign's own folder is written.
+slice's episodes of that kind (keeping its own reset seed and hidden condition), every other measured float with the
+same field of a random slice (configuration, ``*_config`` and ``*_kwargs``, and counts such as host epochs are
+kept), and the episode records among all slices. ``compare_report`` then runs on the copy with the flags after
+``--``; its output is not printed. What comes back: its exit status, the files it wrote and the table's layout with
+every digit masked. Nothing under the campaign's own folder is written.
 """
 
 from __future__ import annotations
