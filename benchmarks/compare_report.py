@@ -57,12 +57,15 @@ ORDER = ("esper_agent", "maskable_flat", "maskable_multidiscrete", "heuristic", 
 RIVALS = ("heuristic", "maskable_flat", "maskable_multidiscrete")  # the arms the goal's CI must clear
 
 
+def slice_paths(folder: Path) -> list[Path]:
+    """Every finished slice ``<arm>/seed<k>.json`` under ``folder`` (not a paused slice's ``seed<k>.curve.json``)."""
+    return sorted(p for p in folder.glob("*/seed*.json") if re.fullmatch(r"seed\d+\.json", p.name))
+
+
 def load_slices(folder: Path) -> dict[str, list[dict]]:
-    """Every ``<arm>/seed<k>.json`` under ``folder``, with its episode timelines (``records_path``) when kept."""
+    """Every slice of :func:`slice_paths`, with its episode timelines (``records_path``) when kept."""
     arms: dict[str, list[dict]] = {}
-    for path in sorted(folder.glob("*/seed*.json")):
-        if not re.fullmatch(r"seed\d+\.json", path.name):  # e.g. a paused MaskablePPO slice's seed<k>.curve.json
-            continue
+    for path in slice_paths(folder):
         slice_ = json.loads(path.read_text())
         if records_path(path).exists():
             slice_["episode_records"] = json.loads(gzip.decompress(records_path(path).read_bytes()))

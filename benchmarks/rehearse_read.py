@@ -1,6 +1,6 @@
 """Rehearse a campaign's declared read before its last slice is in, without reading anything it measured.
 
-    python -m benchmarks.rehearse_read benchmarks/results/h2h_v2/Esper-CIFAR10-v0 --into /tmp/h2h-rehearsal \\
+    python -m benchmarks.rehearse_read benchmarks/results/h2h_v2/Esper-CIFAR10-v0 --into runs/h2h-rehearsal \\
         --expect 0-7 esper_agent-e3 static ... --expect 0-4 static_wide ... \\
         -- --goal-learner esper_agent-e3 --goal-fixed static static:small ...
 
@@ -33,7 +33,8 @@ from typing import Any
 
 from benchmarks import compare_report
 from benchmarks.campaign import parse_seeds
-from benchmarks.compare_agents import eval_env_seeds
+from benchmarks.compare_agents import eval_env_seeds, records_path
+from benchmarks.compare_report import slice_paths
 
 EPISODE_LISTS = ("episodes", "sampled_episodes")
 EPISODE_FACTS = ("env_seed", "condition")  # fixed by the reset seed, not measured
@@ -43,11 +44,10 @@ def clone_missing(folder: Path, expected: dict[str, list[int]]) -> list[str]:
     """Write each expected slice not in ``folder`` as a copy of its arm's latest seed; returns what it wrote."""
     written = []
     for name, seeds in expected.items():
-        have = sorted(int(p.stem[len("seed"):]) for p in (folder / name).glob("seed*.json")
-                      if p.stem[len("seed"):].isdigit())
+        have = {int(p.stem[len("seed"):]): p for p in slice_paths(folder) if p.parent.name == name}
         if not have:
             raise SystemExit(f"--expect {name}: no finished slice under {folder / name} to clone from")
-        source = folder / name / f"seed{have[-1]}.json"
+        source = have[max(have)]
         for seed in sorted(set(seeds) - set(have)):
             slice_ = json.loads(source.read_text())
             slice_["seed"] = seed
@@ -55,10 +55,10 @@ def clone_missing(folder: Path, expected: dict[str, list[int]]) -> list[str]:
                 env_seeds = eval_env_seeds(seed, len(slice_.get(key, [])), slice_["eval_seed_stride"])
                 for episode, env_seed in zip(slice_.get(key, []), env_seeds, strict=True):
                     episode["env_seed"] = env_seed
-            (folder / name / f"seed{seed}.json").write_text(json.dumps(slice_))
-            records = source.with_name(f"seed{have[-1]}-records.json.gz")
-            if records.exists():
-                shutil.copy(records, records.with_name(f"seed{seed}-records.json.gz"))
+            clone = source.with_name(f"seed{seed}.json")
+            clone.write_text(json.dumps(slice_))
+            if records_path(source).exists():
+                shutil.copy(records_path(source), records_path(clone))
             written.append(f"{name} seed{seed}")
     return written
 
@@ -109,12 +109,12 @@ def scramble(slices: list[dict], rng: random.Random) -> None:
 
 def scramble_folder(folder: Path, rng: random.Random) -> int:
     """:func:`scramble` every ``<arm>/seed<k>.json`` under ``folder`` and deal the episode records among them."""
-    paths = sorted(p for p in folder.glob("*/seed*.json") if p.stem[len("seed"):].isdigit())
+    paths = slice_paths(folder)
     slices = [json.loads(p.read_text()) for p in paths]
     scramble(slices, rng)
     for path, slice_ in zip(paths, slices, strict=True):
         path.write_text(json.dumps(slice_))
-    records = sorted(folder.glob("*/seed*-records.json.gz"))
+    records = [records_path(p) for p in paths if records_path(p).exists()]
     blobs = [p.read_bytes() for p in records]
     rng.shuffle(blobs)
     for path, blob in zip(records, blobs, strict=True):
@@ -141,6 +141,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if args.into.exists():
         parser.error(f"--into {args.into}: exists; expected a new folder (the rehearsal writes its report there)")
     expected: dict[str, list[int]] = {}
+    with_slices = {p.parent.name for p in slice_paths(args.folder)}
     for group in args.expect:
         if len(group) < 2:
             parser.error(f"--expect {' '.join(group)}: expected seeds (like 0-7) and at least one arm folder")
@@ -149,7 +150,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         except ValueError as error:
             parser.error(f"--expect {' '.join(group)}: {error}")
         for name in group[1:]:
-            if not any((args.folder / name).glob("seed*.json")):
+            if name not in with_slices:
                 parser.error(f"--expect {name}: no slice under {args.folder / name} to clone the missing ones from")
             expected[name] = sorted(set(expected.get(name, [])) | set(seeds))
     args.expected = expected
