@@ -179,8 +179,8 @@ def test_a_machine_lost_between_calls_is_restaged_from_the_last_calls_state(tmp_
     assert not (repo / ".stage/h2h-new").exists()
 
 
-def test_device_call_prints_progress_but_masks_finished_slices_results(tmp_path):
-    """What a call prints reaches whoever runs the campaign call by call; results wait for the declared read."""
+def device_call(tmp_path: Path, out: Path) -> subprocess.CompletedProcess:
+    """``device_call.sh`` run for the fixed arms alone on a machine whose campaign and GPU monitor are stubs."""
     stubs = tmp_path / "bin"
     for tool, body in (("python", "exit 0"), ("nvidia-smi", "exit 0")):
         write(stubs / tool, f"#!/usr/bin/env bash\n{body}\n")
@@ -191,12 +191,26 @@ def test_device_call_prints_progress_but_masks_finished_slices_results(tmp_path)
     write(machine / f".stage/h2h/logs/{ENV}/static-0.log",
           "== started\nstatic seed 0: test accuracy 0.8123, seed params 0, 140s\n")
     write(machine / f".stage/h2h/logs/{ENV}/esper_agent-e3-1.log", "esper_agent seed 1: paused after update 9/50\n")
-    out = tmp_path / "out"
-    out.mkdir()
-    called = subprocess.run(["bash", str(ROOT / H2H / "device_call.sh"), "5", "0", "1", "0"], cwd=machine,
-                            capture_output=True, text=True,
-                            env={"PATH": f"{stubs}:{os.environ['PATH']}", "OUT": str(out)})
+    out.mkdir(exist_ok=True)
+    return subprocess.run(["bash", str(ROOT / H2H / "device_call.sh"), "5", "0", "1", "0"], cwd=machine,
+                          capture_output=True, text=True,
+                          env={"PATH": f"{stubs}:{os.environ['PATH']}", "OUT": str(out)})
+
+
+def test_device_call_prints_progress_but_masks_finished_slices_results(tmp_path):
+    """What a call prints reaches whoever runs the campaign call by call; results wait for the declared read."""
+    called = device_call(tmp_path, tmp_path / "out")
     assert called.returncode == 0, called.stdout + called.stderr
+    assert "WARNING" not in called.stdout
     assert "0.8123" not in called.stdout and "140s" not in called.stdout
     assert "static seed 0: done (results masked until the read)" in called.stdout
     assert "esper_agent seed 1: paused after update 9/50" in called.stdout
+
+
+def test_device_call_warns_when_more_comes_back_than_the_tool_returns(tmp_path):
+    """Only eight files come back from a call: a state packed into more would be lost with the machine."""
+    out = tmp_path / "out"
+    for k in range(5):  # with the call's own four files (two logs, two state parts), nine
+        write(out / f"extra-{k}", "x")
+    called = device_call(tmp_path, out)
+    assert "WARNING: 9 files" in called.stdout, called.stdout

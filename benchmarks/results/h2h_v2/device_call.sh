@@ -58,5 +58,11 @@ tar cz --exclude='*.ckpt' --exclude='*.pkl' --exclude='*.zip' --exclude='*.png' 
 (cd .stage && find h2h \( -name '*.ckpt' -o -name '*.pkl' -o -name '*.zip' -o -name '*.curve.json' \) -print0 \
     | tar cz --null -T - | split -b 15M - "$OUT/h2h-ckpt.tgz.part-")
 ls -la "$OUT"
+# What comes back is capped (8 files, 64 MiB in all); past it the state is lost once the machine goes back.
+files=$(find "$OUT" -type f | wc -l) bytes=$(du -sb "$OUT" | cut -f1)
+if [ "$files" -gt 8 ] || [ "$bytes" -ge $((64 * 1048576)) ]; then
+  echo "WARNING: $files files, $((bytes / 1048576)) MiB under \$OUT, over what comes back (8 files, 64 MiB):" \
+       "the state is only on this machine now"
+fi
 echo "exit codes: learners $learners_rc, fixed $fixed_rc (124: stopped by timeout)"
 [ "$learners_rc" -eq 0 ] && [ "$fixed_rc" -eq 0 ]
