@@ -42,9 +42,9 @@ EPISODE_FACTS = ("env_seed", "condition")  # fixed by the reset seed, not measur
 
 def clone_missing(folder: Path, expected: dict[str, list[int]]) -> list[str]:
     """Write each expected slice not in ``folder`` as a copy of its arm's latest seed; returns what it wrote."""
-    written = []
+    written, finished = [], slice_paths(folder)
     for name, seeds in expected.items():
-        have = {int(p.stem[len("seed"):]): p for p in slice_paths(folder) if p.parent.name == name}
+        have = {int(p.stem[len("seed"):]): p for p in finished if p.parent.name == name}
         if not have:
             raise SystemExit(f"--expect {name}: no finished slice under {folder / name} to clone from")
         source = have[max(have)]
