@@ -20,6 +20,7 @@ from benchmarks.studies import (
     hidden_condition,
     host_alone,
     imitation_probe,
+    queue_order,
     seed_groups,
 )
 from esper_agent.distributions import ActionMasks
@@ -342,3 +343,16 @@ def test_the_hidden_condition_study_trains_reads_and_tabulates(tmp_path):
     assert "| tiny | 2 | 8 | 2 |" in table and "oracle" in table
     hidden_condition.main(["--out", str(out)])  # no --config: the same table again, nothing trained
     assert out.with_suffix(".md").read_text() == table and len(out.read_text().splitlines()) == 2
+
+
+def test_queue_order_schedules_each_slice_on_the_first_slot_to_free(tmp_path):
+    calls = {"long": 5, "short": 1}
+    assert queue_order.makespan(["long", "short", "short"], calls, paused=(2, 1), slots=2) == 6  # long: 1 -> 6
+    assert queue_order.makespan(["short", "short", "long"], calls, paused=(2, 1), slots=2) == 7  # long: 2 -> 7
+    assert queue_order.longest_first(["short", "long", "short"], calls) == ("long", "short", "short")
+    result = queue_order.main(["--draws", "2", "--out", str(tmp_path / "q.json")])
+    assert result["estimates"]["longest first"] <= result["estimates"]["seed by seed"]
+    assert result["mean_over_draws"]["best of all orders"] <= result["mean_over_draws"]["longest first"]
+    assert json.loads((tmp_path / "q.json").read_text())["orders_searched"] == 92400
+    with pytest.raises(SystemExit):
+        queue_order.main(["--draws", "0"])
