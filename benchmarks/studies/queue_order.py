@@ -61,13 +61,13 @@ def main(argv: list[str] | None = None) -> dict:
     scenarios = draws(args.draws, random.Random(args.rng_seed))
     orders = sorted(set(itertools.permutations(SEED_BY_SEED)))
     named = {"seed by seed": SEED_BY_SEED, "longest first": longest_first(SEED_BY_SEED, CALLS)}
-    best = min(orders, key=lambda queue: mean_makespan(queue, scenarios))
+    best_mean, best = min((mean_makespan(queue, scenarios), queue) for queue in orders)  # ties: the first order
     result = {
         "what": "calls until the last learner slice ends, four slots on one GPU, the paused slices first",
         "calls_per_slice": CALLS, "paused_calls_left": PAUSED, "draws": args.draws, "orders_searched": len(orders),
         "estimates": {name: makespan(queue, CALLS, PAUSED) for name, queue in named.items()},
         "mean_over_draws": {name: round(mean_makespan(queue, scenarios), 2) for name, queue in named.items()}
-        | {"best of all orders": round(mean_makespan(best, scenarios), 2)},
+        | {"best of all orders": round(best_mean, 2)},
         "best_order": best,
     }
     print(json.dumps(result, indent=1))
