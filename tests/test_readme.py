@@ -11,7 +11,8 @@ The commands of the results table (inline code starting with ``python -m`` in a 
 commands; inline code elsewhere may not be a command, so that every command is in a block or the table. Within a
 line, ``&&`` separates commands; the setup steps (``python3 -m venv``, ``. .venv/bin/activate``, ``pip install``)
 and the test suite itself (``python -m pytest``) are not run. ``python -m M ARGS`` runs ``M.main(ARGS)`` in this
-process, in a temporary working directory (so ``runs/`` lands there).
+process, in a temporary working directory (so ``runs/`` lands there) that links the checkout's ``benchmarks/``, so
+that a command reads committed files (a campaign's plan, a screen's summary) by the path a user types.
 """
 
 from __future__ import annotations
@@ -123,7 +124,9 @@ BLOCKS = blocks(TEXT)
 
 @pytest.fixture(autouse=True)
 def cpu_sized(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """A temporary working directory, the checkout importable, one torch thread (the CI machine has two cores)."""
+    """A temporary working directory linking the checkout's benchmarks/, the checkout importable, one torch thread
+    (the CI machine has two cores)."""
+    (tmp_path / "benchmarks").symlink_to(ROOT / "benchmarks", target_is_directory=True)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(ROOT))
     threads = torch.get_num_threads()
