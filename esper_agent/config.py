@@ -53,6 +53,12 @@ class AgentConfig:
     slot_conditioned_heads: bool = False
     """Give the blueprint, blend and tempo heads one row of logits per slot and use the chosen slot's row, so
     what to plant can depend on where; off, they give one row for every slot (only the masks depend on it)."""
+    lstm_skip: bool = False
+    """Add the encoded observation to the LSTM's output before the post-LSTM LayerNorm (a residual path around
+    the LSTM), so that the heads and the critic read the current observation directly. On the hidden-condition
+    toy with GERMINATE allowed only once the condition shows, the argmax policy read it after 20 updates instead
+    of 60 (medians of 10 seeds); with free timing, no sooner (the toy's notebook, 2026-12-06). Off by default:
+    not yet measured on the growth task."""
     wait_prior: float = 0.0
     """Initial bias added to WAIT's logit in the op head (nats, >= 0); 0 = uniform over the valid ops."""
     prune_prior: float = 0.0

@@ -1,5 +1,9 @@
 """The recurrent actor-critic: encoder -> LayerNorm -> LSTM -> LayerNorm -> factored heads and V(s).
 
+With ``lstm_skip`` the encoded observation is added to the LSTM's output before the second LayerNorm, a residual
+path that lets the heads map the current observation to an action without going through the recurrent cell
+(``AgentConfig.lstm_skip`` says what it did on the hidden-condition toy).
+
 Two entry points share one recurrent cell:
 - :meth:`RecurrentPolicy.step` takes one step for every sub-env during a rollout (no gradients);
 - :meth:`RecurrentPolicy.sequence` replays whole stored sequences from their stored initial state for the PPO
@@ -61,13 +65,13 @@ class RecurrentPolicy(nn.Module):
     """Factored recurrent actor-critic for ``MultiDiscrete(spaces.head_sizes(num_slots))`` actions."""
 
     def __init__(self, obs_dim: int, num_slots: int, hidden_size: int, wait_prior: float = 0.0,
-                 prune_prior: float = 0.0, slot_conditioned: bool = False) -> None:
+                 prune_prior: float = 0.0, slot_conditioned: bool = False, lstm_skip: bool = False) -> None:
         super().__init__()
         if obs_dim < 1 or num_slots < 1:
             raise ValueError(f"obs_dim={obs_dim} and num_slots={num_slots} must both be >= 1")
         self.obs_dim, self.num_slots, self.hidden_size = obs_dim, num_slots, hidden_size
         self.head_sizes = spaces.head_sizes(num_slots)
-        self.slot_conditioned = slot_conditioned
+        self.slot_conditioned, self.lstm_skip = slot_conditioned, lstm_skip
         self.encoder = nn.Sequential(nn.Linear(obs_dim, hidden_size), nn.LayerNorm(hidden_size), nn.ReLU())
         self.lstm = nn.LSTM(hidden_size, hidden_size, num_layers=1)
         self.core_norm = nn.LayerNorm(hidden_size)
@@ -82,7 +86,7 @@ class RecurrentPolicy(nn.Module):
         """The network an :class:`AgentConfig` describes: the one place that reads the config's network fields,
         so that training, resuming and evaluating a checkpoint build the same shapes."""
         return cls(obs_dim, num_slots, config.hidden_size, config.wait_prior, config.prune_prior,
-                   config.slot_conditioned_heads)
+                   config.slot_conditioned_heads, config.lstm_skip)
 
     def _init_weights(self, wait_prior: float, prune_prior: float) -> None:
         # Orthogonal init (Huang et al. 2022, "37 implementation details of PPO"): sqrt(2) for hidden layers,
@@ -127,8 +131,13 @@ class RecurrentPolicy(nn.Module):
 
     def core_step(self, obs: Tensor, state: LSTMState, episode_start: Tensor) -> tuple[Tensor, LSTMState]:
         """(B, obs_dim) -> core features (B, hidden) after the post-LSTM LayerNorm, and the next state."""
-        out, state = self._cell(self.encoder(obs), state, episode_start)
-        return self.core_norm(out), state
+        encoded = self.encoder(obs)
+        out, state = self._cell(encoded, state, episode_start)
+        return self._core(out, encoded), state
+
+    def _core(self, lstm_out: Tensor, encoded: Tensor) -> Tensor:
+        """The heads' input: the LSTM's output, plus the encoded observation with ``lstm_skip``, normalised."""
+        return self.core_norm(lstm_out + encoded if self.lstm_skip else lstm_out)
 
     def core_sequence(self, obs: Tensor, episode_start: Tensor, state: LSTMState, resets_inside: bool = True
                       ) -> tuple[Tensor, LSTMState]:
@@ -143,12 +152,12 @@ class RecurrentPolicy(nn.Module):
             h = torch.where(start, torch.zeros_like(state.h), state.h)
             c = torch.where(start, torch.zeros_like(state.c), state.c)
             out, (h, c) = self.lstm(encoded.transpose(0, 1), (h.unsqueeze(0), c.unsqueeze(0)))
-            return self.core_norm(out.transpose(0, 1)), LSTMState(h[0], c[0])
+            return self._core(out.transpose(0, 1), encoded), LSTMState(h[0], c[0])
         outputs = []
         for t in range(obs.shape[1]):
             out, state = self._cell(encoded[:, t], state, episode_start[:, t])
             outputs.append(out)
-        return self.core_norm(torch.stack(outputs, 1)), state
+        return self._core(torch.stack(outputs, 1), encoded), state
 
     def _rows(self, head: int) -> int:
         """Rows of logits a head gives: one per slot for the heads after the slot head when slot-conditioned

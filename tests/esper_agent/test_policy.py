@@ -16,9 +16,9 @@ from esper_env import spaces
 OBS_DIM, NUM_SLOTS, HIDDEN = 11, 3, 32
 
 
-def make_policy(seed: int = 0, slot_conditioned: bool = False) -> RecurrentPolicy:
+def make_policy(seed: int = 0, slot_conditioned: bool = False, lstm_skip: bool = False) -> RecurrentPolicy:
     torch.manual_seed(seed)
-    return RecurrentPolicy(OBS_DIM, NUM_SLOTS, HIDDEN, slot_conditioned=slot_conditioned)
+    return RecurrentPolicy(OBS_DIM, NUM_SLOTS, HIDDEN, slot_conditioned=slot_conditioned, lstm_skip=lstm_skip)
 
 
 def all_valid(batch: int) -> ActionMasks:
@@ -76,11 +76,12 @@ def test_hidden_size_is_one_validated_field() -> None:
         storage.begin(make_policy().initial_state(2))
 
 
-@pytest.mark.parametrize("slot_conditioned", [False, True])
-def test_sequence_forward_equals_step_by_step(slot_conditioned: bool) -> None:
+@pytest.mark.parametrize(("slot_conditioned", "lstm_skip"), [(False, False), (True, False), (False, True)])
+def test_sequence_forward_equals_step_by_step(slot_conditioned: bool, lstm_skip: bool) -> None:
     """Replaying stored sequences from the stored initial state, with episode starts inside, reproduces the
-    rollout's per-step values and log-probs (with one row of logits per slot for the heads after the slot too)."""
-    policy = make_policy(1, slot_conditioned)
+    rollout's per-step values and log-probs (with one row of logits per slot for the heads after the slot too,
+    and with the residual path around the LSTM)."""
+    policy = make_policy(1, slot_conditioned, lstm_skip)
     batch, steps = 5, 9
     g = torch.Generator().manual_seed(0)
     obs = torch.randn(batch, steps, OBS_DIM, generator=g)
@@ -114,8 +115,9 @@ def test_slot_conditioned_heads_give_one_row_per_slot() -> None:
     assert [tuple(lg.shape) for lg in plain.head_logits(core)] == [(4, n) for n in sizes]
 
 
-def test_one_call_replay_equals_the_stepwise_replay_without_inner_resets() -> None:
-    policy = make_policy(4)
+@pytest.mark.parametrize("lstm_skip", [False, True])
+def test_one_call_replay_equals_the_stepwise_replay_without_inner_resets(lstm_skip: bool) -> None:
+    policy = make_policy(4, lstm_skip=lstm_skip)
     g = torch.Generator().manual_seed(1)
     obs = torch.randn(3, 7, OBS_DIM, generator=g)
     starts = torch.zeros(3, 7, dtype=torch.bool)
@@ -124,6 +126,30 @@ def test_one_call_replay_equals_the_stepwise_replay_without_inner_resets() -> No
     stepwise, last = policy.core_sequence(obs, starts, state, resets_inside=True)
     one_call, last_fast = policy.core_sequence(obs, starts, state, resets_inside=False)
     assert torch.allclose(stepwise, one_call, atol=1e-5) and torch.allclose(last.h, last_fast.h, atol=1e-5)
+
+
+def test_lstm_skip_adds_the_encoded_observation_before_the_core_norm() -> None:
+    """Same weights, same state: with the skip the core is LayerNorm(LSTM output + encoded observation), without
+    it LayerNorm(LSTM output); the recurrent state is the same either way, and no parameter is added."""
+    plain, skip = make_policy(3), make_policy(3, lstm_skip=True)
+    assert [n for n, _ in plain.named_parameters()] == [n for n, _ in skip.named_parameters()]
+    g = torch.Generator().manual_seed(2)
+    obs, start = torch.randn(4, OBS_DIM, generator=g), torch.zeros(4, dtype=torch.bool)
+    state = plain.initial_state(4)._replace(h=torch.randn(4, HIDDEN, generator=g))
+    core_plain, next_plain = plain.core_step(obs, state, start)
+    core_skip, next_skip = skip.core_step(obs, state, start)
+    encoded = plain.encoder(obs)
+    lstm_out, _ = plain._cell(encoded, state, start)
+    assert torch.allclose(core_plain, plain.core_norm(lstm_out), atol=1e-6)
+    assert torch.allclose(core_skip, plain.core_norm(lstm_out + encoded), atol=1e-6)
+    assert not torch.allclose(core_plain, core_skip, atol=1e-3)
+    assert torch.equal(next_plain.h, next_skip.h) and torch.equal(next_plain.c, next_skip.c)
+
+
+def test_the_config_builds_the_skip() -> None:
+    assert RecurrentPolicy.from_config(OBS_DIM, NUM_SLOTS, AgentConfig(hidden_size=HIDDEN, lstm_skip=True)).lstm_skip
+    assert not RecurrentPolicy.from_config(OBS_DIM, NUM_SLOTS, AgentConfig(hidden_size=HIDDEN)).lstm_skip
+    assert AgentConfig.from_dict({}).lstm_skip is False  # a config recorded before the field reads as before
 
 
 def test_episode_start_resets_the_state_exactly() -> None:
