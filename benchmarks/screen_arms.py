@@ -136,7 +136,24 @@ def family_arms() -> tuple[Arm, ...]:
     return (*statics, *plans, Arm("heuristic", "heuristic"), Arm("random", "random"))
 
 
-ARM_SETS: dict[str, Callable[[], tuple[Arm, ...]]] = {"synthetic": synthetic_arms, "family": family_arms}
+def undo_arms() -> tuple[Arm, ...]:
+    """Can growth be undone once the condition shows? The head-to-head's esper_agent planted ``deepen`` in slots 2
+    and 1 and ``widen_s`` in slot 0 after one epoch on every condition and fossilized them, below the seedling
+    where capacity costs (``pool5k-noise40``). The same planting from epoch 1, then: fossilized as soon as
+    allowed (the agent's plan), fossilized at epoch 6, or pruned at epoch 6, after the conditions' curves part
+    (epoch 4); against the seedling."""
+    plant = ((1, "germinate", 2, "deepen"), (1, "germinate", 1, "deepen"), (1, "germinate", 0, "widen_s"))
+
+    def then(epoch: int, op: str) -> tuple[tuple, ...]:
+        return (*plant, *((epoch, op, slot) for slot in (2, 1, 0)))
+
+    return (Arm(SEEDLING_ARM, "static"), Arm("agent-plan@1", "plan", plan=then(1, "fossilize")),
+            Arm("agent-plan@1-fossilize@6", "plan", plan=then(6, "fossilize")),
+            Arm("agent-plan@1-prune@6", "plan", plan=then(6, "prune")))
+
+
+ARM_SETS: dict[str, Callable[[], tuple[Arm, ...]]] = {"synthetic": synthetic_arms, "family": family_arms,
+                                                       "undo": undo_arms}
 """Named arm sets; ``--set`` picks one."""
 
 

@@ -63,6 +63,18 @@ def test_an_arm_set_checks_names_and_twins(monkeypatch):
     assert {a.kind for a in screen_arms.arm_set("synthetic")} == set(screen_arms.KINDS)
 
 
+def test_the_undo_set_plants_the_same_and_differs_only_in_what_follows():
+    arms = {a.name: a for a in screen_arms.arm_set("undo")}
+    plans = {name: [(s.epoch, s.op.name, s.slot, s.blueprint) for s in arm.plan] for name, arm in arms.items()}
+    planted = plans["agent-plan@1"][:3]
+    assert [p[:2] for p in planted] == [(1, "GERMINATE")] * 3
+    assert {name: plan[3:] for name, plan in plans.items() if plan} == {
+        "agent-plan@1": [(1, "FOSSILIZE", slot, None) for slot in (2, 1, 0)],
+        "agent-plan@1-fossilize@6": [(6, "FOSSILIZE", slot, None) for slot in (2, 1, 0)],
+        "agent-plan@1-prune@6": [(6, "PRUNE", slot, None) for slot in (2, 1, 0)]}
+    assert all(plan[:3] == planted for plan in plans.values() if plan) and plans[screen_arms.SEEDLING_ARM] == []
+
+
 def _masks(op_slot: np.ndarray, blueprint: np.ndarray | None = None) -> ActionMasks:
     return ActionMasks(op_slot[None], np.ones((1, sum(head_sizes(op_slot.shape[1]))), bool),
                        None if blueprint is None else blueprint[None])
