@@ -155,16 +155,24 @@ def _at(info: Mapping[str, Any], key: str, i: int) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
+def _measured(info: Mapping[str, Any], key: str, i: int) -> float | None:
+    """Sub-env ``i``'s measurement ``key`` as a float, or None where the step measured none (NaN or unset)."""
+    value = _at(info, key, i)
+    return float(value) if value is not None and np.isfinite(value) else None
+
+
 @dataclass
 class EpisodeLog:
     """What one sub-env's first episode did: its return, the ops it executed (WAITs left out) and the validation
-    accuracy after each step."""
+    and training accuracy after each step (the training accuracy is what the policy observes: on the labels it
+    trains on, noisy ones included, so its gap to the validation accuracy shows memorisation)."""
 
     reward: float = 0.0
     length: int = 0
     invalid: int = 0
     ops: list[list[Any]] = field(default_factory=list)  # [step, op name, slot, blueprint name or None]
     val_curve: list[float | None] = field(default_factory=list)  # fraction; None where the step measured none
+    train_curve: list[float | None] = field(default_factory=list)  # the same for the training accuracy
     names: tuple[str, ...] = tuple(b.name for b in BLUEPRINTS)  # the host's catalogue, in head order
 
     def add(self, reward: float, info: Mapping[str, Any], i: int, action: np.ndarray) -> None:
@@ -173,8 +181,8 @@ class EpisodeLog:
             planted = self.names[int(action[Head.BLUEPRINT])] if op == Op.GERMINATE else None
             self.ops.append([self.length, Op(op).name.lower(), _at(info, "executed_slot", i), planted])
         self.invalid += bool(_at(info, "invalid_action", i))
-        val = _at(info, "val_accuracy", i)
-        self.val_curve.append(float(val) if val is not None and np.isfinite(val) else None)
+        self.val_curve.append(_measured(info, "val_accuracy", i))
+        self.train_curve.append(_measured(info, "train_accuracy", i))
         self.reward += reward
         self.length += 1
 
@@ -185,7 +193,8 @@ class EpisodeLog:
                 "return": self.reward, "return_points": 100 * self.reward, "episode_length": self.length,
                 **{key: _at(info, key, i) for key in ("val_accuracy", "test_accuracy", "params", "train_flops",
                                                       "seed_params", "rollback")},
-                "invalid_actions": self.invalid, "ops": self.ops, "val_curve": self.val_curve}
+                "invalid_actions": self.invalid, "ops": self.ops, "val_curve": self.val_curve,
+                "train_curve": self.train_curve}
 
 
 def play(driver: VectorEnvDriver, actor: Actor, seeds: Sequence[int]) -> list[dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ def test_ranks_share_ties_and_spearman_reads_order_only() -> None:
     assert h2h_diagnosis.ranks([3.0, 1.0, 3.0, 2.0]) == [2.5, 0.0, 2.5, 1.0]
     assert h2h_diagnosis.spearman([1, 2, 3, 4], [10, 20, 30, 1000]) == pytest.approx(1.0)
     assert h2h_diagnosis.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert math.isnan(h2h_diagnosis.spearman([5, 5, 5], [1, 2, 3]))  # an arm that never grows: no order to read
 
 
 def test_paired_on_compares_the_same_reset_seed_under_the_condition_only() -> None:
@@ -31,3 +33,9 @@ def test_the_committed_diagnosis_is_what_the_study_computes() -> None:
     text = h2h_diagnosis.report(FOLDER, "esper_agent-e3", "pool5k-noise40")
     assert text == (FOLDER / "diagnosis.md").read_text(), (
         "rebuild it: python -m benchmarks.studies.h2h_diagnosis <folder> --out <folder>/diagnosis.md")
+
+
+@pytest.mark.skipif(not FOLDER.exists(), reason="the committed h2h_v2 campaign is not in this checkout")
+def test_growth_arms_missing_from_the_campaign_are_named() -> None:
+    with pytest.raises(SystemExit, match=r"growth arms \['static_huge'\] have no slices"):
+        h2h_diagnosis.report(FOLDER, "esper_agent-e3", "pool5k-noise40", growth_arms=("static_huge",))

@@ -149,8 +149,10 @@ def test_arms_are_paired_by_reset_seed_whatever_shares_their_vector_env(tmp_path
     assert wide["env_kwargs"]["host_widths"] == [12, 16, 32] and wide["env_kwargs"]["report_test_accuracy"]
     assert {r["condition"] for r in together} == {"mixture"} and "condition" not in wide["env_kwargs"]
     assert {r["episodes_together"] for r in together} == {2} and all(r["invalid_actions"] == 0 for r in together)
-    for row in together:  # the validation accuracy after every step, the last one the episode's final
+    for row in together:  # the validation and training accuracy after every step, the last one the episode's final
         assert len(row["val_curve"]) == row["episode_length"] and row["val_curve"][-1] == row["val_accuracy"]
+        assert len(row["train_curve"]) == row["episode_length"]
+        assert all(0.0 <= a <= 1.0 for a in row["train_curve"]) and row["train_curve"] != row["val_curve"]
 
 
 def test_shards_split_the_jobs_and_a_second_run_plays_only_what_is_missing(tmp_path, monkeypatch, tiny):

@@ -89,6 +89,9 @@ def ranks(values: Sequence[float]) -> list[float]:
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rank correlation; NaN when either input is constant (an arm that never grows)."""
+    if len(set(x)) < 2 or len(set(y)) < 2:
+        return float("nan")
     return statistics.correlation(ranks(x), ranks(y))
 
 
@@ -115,10 +118,14 @@ def paired_on(learner: list[dict], seedling: list[dict], condition: str) -> list
                   for e in learner if e["condition"] == condition and e["env_seed"] in theirs)
 
 
-def report(folder: Path, learner: str, condition: str, epochs: int = 4) -> str:
+def report(folder: Path, learner: str, condition: str, epochs: int = 4,
+           growth_arms: Sequence[str] = GROWTH_ARMS) -> str:
     arms = compare_report.load_slices(folder)
     rows = {arm: episodes(slices) for arm, slices in arms.items()}
-    paying = pays(rows, GROWTH_ARMS)
+    missing = sorted(set(growth_arms) - set(rows))
+    if missing:
+        raise SystemExit(f"growth arms {missing} have no slices in {folder}; it has {sorted(rows)}")
+    paying = pays(rows, growth_arms)
     movers = {arm: r for arm, r in rows.items() if not arm.startswith(FIXED_PREFIXES)}
     diffs = paired_on(rows[learner], rows[SEEDLING], condition)
     return "\n".join([
@@ -127,7 +134,7 @@ def report(folder: Path, learner: str, condition: str, epochs: int = 4) -> str:
         f"## The seedling's validation accuracy (%) after its first {epochs} epochs", "",
         *seedling_curves(rows[SEEDLING], epochs), "",
         "## Does an arm grow more where growth pays?", "",
-        "What growth pays: the best mean return of " + ", ".join(GROWTH_ARMS) + " minus the seedling's, points: "
+        "What growth pays: the best mean return of " + ", ".join(growth_arms) + " minus the seedling's, points: "
         + ", ".join(f"{c} {v:+.2f}" for c, v in sorted(paying.items())) + ".", "",
         *correlation_table(movers, paying), "",
         f"## {learner} − seedling on `{condition}`, per shared reset seed (test accuracy, pp)", "",
@@ -141,9 +148,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("folder", type=Path, help="a campaign's slices: <out>/<env>")
     parser.add_argument("--learner", default="esper_agent-e3", help="the arm folder to diagnose")
     parser.add_argument("--condition", default="pool5k-noise40", help="the condition it misses the frontier on")
+    parser.add_argument("--growth-arms", nargs="+", default=list(GROWTH_ARMS),
+                        help="fixed arms whose best return per condition, minus the seedling's, is what growth pays")
     parser.add_argument("--out", type=Path, help="write the markdown here (default: print it)")
     args = parser.parse_args(argv)
-    text = report(args.folder, args.learner, args.condition)
+    text = report(args.folder, args.learner, args.condition, growth_arms=args.growth_arms)
     if args.out:
         args.out.write_text(text)
     else:
