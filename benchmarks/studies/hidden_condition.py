@@ -15,9 +15,16 @@ normalisers, PPO) learns a growth decision that depends on a condition it is not
 - the observation is ``[step / horizon, accuracy, grown]``; the accuracy reads -1 (Esper's sentinel) until step
   ``reveal``, so no policy can tell the conditions apart before then;
 - ``grow_window`` (first and last step, inclusive) masks GERMINATE outside it: ``[reveal, reveal]`` turns the
-  choice of when into a single yes-or-no, which separates learning *whether* from learning *when*.
+  choice of when into a single yes-or-no, which separates learning *whether* from learning *when*;
+- ``undo`` gives the growth Esper's lifecycle in small: a planted seed is live, PRUNE may remove it at any step
+  (its cost stays paid, its gain is gone), FOSSILIZE may keep it from ``hold_from`` steps after planting, and a
+  seed still live ``max_hold`` steps after that is pruned automatically (Esper's holding timeout). Only a
+  fossilized seed's gain counts, still by the share of the episode since it was planted. This is the
+  head-to-head's way around the blind decision: plant early, where it pays on average, then keep or undo once
+  the condition shows; the observation gains the seed's state (live, fossilized, pruned).
 
-The best policy waits until ``reveal`` and then grows only where it pays. The action space, the masks in
+Without ``undo`` the best policy waits until ``reveal`` and then grows only where it pays; with it, it plants at
+once, waits until ``reveal`` and fossilizes where it pays and prunes where it costs. The action space, the masks in
 ``info`` and the autoreset are Esper's, so nothing in the agent is special-cased. A run *reads the condition*
 at the first check where its argmax policy grows (at any step) in at least ``READ`` of the held-out "pays"
 episodes and at most ``1 - READ`` of the "costs" ones (64 episodes on reset seeds 1,000,000 on; training resets
@@ -67,21 +74,27 @@ class HiddenConditionEnv(VectorEnv):
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
 
     def __init__(self, num_envs: int = 8, horizon: int = 20, reveal: int = 3, cost: float = 0.01,
-                 luck_std: float = 0.03, grow_window: tuple[int, int] | None = None) -> None:
+                 luck_std: float = 0.03, grow_window: tuple[int, int] | None = None, undo: bool = False,
+                 hold_from: int = 3, max_hold: int = 5) -> None:
         if not 1 <= reveal < horizon:  # step 0's observation comes before any accuracy, so it never shows one
             raise ValueError(f"reveal={reveal}: expected a step in [1, horizon={horizon})")
         self.grow_window = (0, horizon - 1) if grow_window is None else tuple(grow_window)
         if not 0 <= self.grow_window[0] <= self.grow_window[1] < horizon:
             raise ValueError(f"grow_window={grow_window}: expected [first, last] steps within [0, {horizon})")
+        if hold_from < 0 or max_hold < 1:
+            raise ValueError(f"hold_from={hold_from}, max_hold={max_hold}: expected hold_from >= 0, max_hold >= 1")
         self.num_envs, self.max_epochs, self.reveal = num_envs, horizon, reveal
         self.cost, self.luck_std = cost, luck_std
+        self.undo, self.hold_from, self.max_hold = undo, hold_from, max_hold
         self.pbrs_weight, self.pbrs_gamma = 0.0, None  # no shaping (esper_agent.contracts reads these)
         self.single_action_space = spaces.action_space(1)
-        self.single_observation_space = gym.spaces.Box(-1.0, 2.0, (3,), np.float32)  # accuracy + luck may pass 1
+        width = 5 if undo else 3  # [progress, accuracy, grown] or [progress, accuracy, live, fossilized, pruned]
+        self.single_observation_space = gym.spaces.Box(-1.0, 2.0, (width,), np.float32)  # accuracy + luck may pass 1
         self.action_space = batch_space(self.single_action_space, num_envs)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.condition, self.luck = np.zeros(num_envs, np.int64), np.zeros(num_envs)
         self.step_index, self.grown_at = np.zeros(num_envs, np.int64), np.full(num_envs, -1)
+        self.fossilized, self.pruned = np.zeros(num_envs, bool), np.zeros(num_envs, bool)
         self.accuracy, self.ended = np.zeros(num_envs), np.zeros(num_envs, bool)
         self._rngs = [np.random.default_rng(i) for i in range(num_envs)]
 
@@ -89,18 +102,28 @@ class HiddenConditionEnv(VectorEnv):
         self.condition[i] = self._rngs[i].integers(2)
         self.luck[i] = self._rngs[i].normal(0.0, self.luck_std)
         self.step_index[i], self.grown_at[i] = 0, -1
+        self.fossilized[i], self.pruned[i] = False, False
         self.accuracy[i], self.ended[i] = CHANCE[self.condition[i]], False
+
+    def kept(self) -> np.ndarray:
+        """Per sub-env, whether its growth counts: planted, or with ``undo`` fossilized."""
+        return self.fossilized.copy() if self.undo else self.grown_at >= 0
+
+    def live(self) -> np.ndarray:
+        """Per sub-env, whether a planted seed can still be pruned or fossilized (``undo`` only)."""
+        return self.undo & (self.grown_at >= 0) & ~self.fossilized & ~self.pruned
 
     def _accuracy_after(self, i: int, t: int) -> float:
         c = self.condition[i]
         value = CHANCE[c] + (TOP[c] - CHANCE[c]) * (1 - 0.5 ** (t + 1)) + self.luck[i]
-        if t == self.max_epochs - 1 and self.grown_at[i] >= 0:  # growth shows in the final accuracy
+        if t == self.max_epochs - 1 and self.kept()[i]:  # growth shows in the final accuracy
             value += GAIN[c] * (self.max_epochs - self.grown_at[i]) / self.max_epochs
         return value
 
     def _obs(self) -> np.ndarray:
         shown = np.where(self.step_index >= self.reveal, self.accuracy, SENTINEL)
-        return np.stack([self.step_index / self.max_epochs, shown, self.grown_at >= 0], 1).astype(np.float32)
+        seed = [self.live(), self.fossilized, self.pruned] if self.undo else [self.grown_at >= 0]
+        return np.stack([self.step_index / self.max_epochs, shown, *seed], 1).astype(np.float32)
 
     def _info(self) -> dict[str, Any]:
         sizes = spaces.head_sizes(1)
@@ -108,6 +131,8 @@ class HiddenConditionEnv(VectorEnv):
         op_slot[:, Op.WAIT, 0] = True
         first, last = self.grow_window
         op_slot[:, Op.GERMINATE, 0] = (self.grown_at < 0) & (self.step_index >= first) & (self.step_index <= last)
+        op_slot[:, Op.PRUNE, 0] = self.live()
+        op_slot[:, Op.FOSSILIZE, 0] = self.live() & (self.step_index >= self.grown_at + self.hold_from)
         flat = np.zeros((self.num_envs, sum(sizes)), bool)
         flat[:, : len(Op)] = op_slot[:, :, 0]
         flat[:, np.cumsum((0, *sizes))[1:-1]] = True  # one choice in every other head
@@ -124,17 +149,28 @@ class HiddenConditionEnv(VectorEnv):
             self._start(i)
         return self._obs(), self._info()
 
+    def _act(self, i: int, op: int, t: int, allowed: np.ndarray) -> float:
+        """Sub-env ``i``'s op at step ``t`` under its mask ``allowed`` (one a mask refuses runs as a WAIT, as on
+        Esper); returns the op's own reward, GERMINATE's cost."""
+        if op == Op.GERMINATE and allowed[op]:
+            self.grown_at[i] = t
+        elif op == Op.PRUNE and allowed[op]:
+            self.pruned[i] = True
+        elif op == Op.FOSSILIZE and allowed[op]:
+            self.fossilized[i] = True
+        if self.live()[i] and t >= self.grown_at[i] + self.hold_from + self.max_hold:  # the holding timeout
+            self.pruned[i] = True
+        return -self.cost if op == Op.GERMINATE and allowed[op] else 0.0
+
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         actions, reward = np.asarray(actions, np.int64), np.zeros(self.num_envs)
-        restarting = self.ended.copy()
+        restarting, allowed = self.ended.copy(), self._info()["op_slot_mask"][:, :, 0]
         for i in range(self.num_envs):
             if restarting[i]:  # NEXT_STEP autoreset: this step only starts the next episode
                 self._start(i)
                 continue
             t = self.step_index[i]
-            first, last = self.grow_window
-            if actions[i, 0] == Op.GERMINATE and self.grown_at[i] < 0 and first <= t <= last:  # else a WAIT
-                self.grown_at[i], reward[i] = t, -self.cost
+            reward[i] = self._act(i, int(actions[i, 0]), t, allowed[i])
             after = self._accuracy_after(i, t)
             reward[i] += after - self.accuracy[i]
             self.accuracy[i], self.step_index[i] = after, t + 1
@@ -144,12 +180,13 @@ class HiddenConditionEnv(VectorEnv):
 
 
 def greedy_read(trainer: Trainer, env_kwargs: dict[str, Any]) -> dict[str, float]:
-    """The trainer's argmax policy on held-out episodes: per condition, the share that grew and the mean return."""
+    """The trainer's argmax policy on held-out episodes: per condition, the share that ended grown (with ``undo``:
+    fossilized) and the mean return."""
     env = HiddenConditionEnv(num_envs=EVAL_EPISODES, **env_kwargs)
     actor = PolicyActor(trainer.policy, trainer.obs_norm, deterministic=True)
     records = run_episodes(VectorEnvDriver(env), actor, EVAL_EPISODES, EVAL_SEED)  # one per sub-env, by sub-env
     returns = np.array([r.episode_return for r in records])
-    grew = env.grown_at >= 0  # the episodes just ended; NEXT_STEP autoreset has not restarted them
+    grew = env.kept()  # the episodes just ended; NEXT_STEP autoreset has not restarted them
     read = {"return": float(returns.mean())}
     for c, name in enumerate(CONDITIONS):
         rows = env.condition == c
@@ -180,22 +217,36 @@ def train_and_check(label: str, overrides: dict[str, Any], seed: int, updates: i
 
 def fixed_returns(env_kwargs: dict[str, Any]) -> dict[str, float]:
     """Mean return on the held-out episodes of always-WAIT, of growing at the first step GERMINATE is allowed
-    (``blind_step``) whatever the condition (``blind``), and of the oracle, which grows at the first allowed step
-    from ``reveal`` on where it pays and never where it costs."""
+    (``blind_step``) whatever the condition (``blind``; with ``undo``, fossilized as soon as allowed), and of the
+    oracle: without ``undo`` it grows at the first allowed step from ``reveal`` on where it pays and never where it
+    costs; with it, it plants at the first allowed step and, from ``reveal`` on, fossilizes where it pays and
+    prunes where it costs."""
     probe = HiddenConditionEnv(num_envs=1, **env_kwargs)
     first, last = probe.grow_window
     informed = max(first, probe.reveal) if max(first, probe.reveal) <= last else None
-    plays = {"wait": lambda t, c: False, "blind": lambda t, c: t == first,
-             "oracle": lambda t, c: c == 0 and t == informed}
+
+    def blind(t: int, c: int, allowed: np.ndarray) -> int:
+        return next((op for op in (Op.GERMINATE, Op.FOSSILIZE) if allowed[op]), Op.WAIT)
+
+    def oracle(t: int, c: int, allowed: np.ndarray) -> int:
+        if not probe.undo:
+            return Op.GERMINATE if c == 0 and t == informed else Op.WAIT
+        if allowed[Op.GERMINATE] or t < probe.reveal:
+            return Op.GERMINATE if allowed[Op.GERMINATE] else Op.WAIT
+        return Op.PRUNE if c == 1 and allowed[Op.PRUNE] else Op.FOSSILIZE if allowed[Op.FOSSILIZE] else Op.WAIT
+
+    plays = {"wait": lambda t, c, allowed: Op.WAIT, "blind": blind, "oracle": oracle}
     out = {"blind_step": first}
-    for name, grows in plays.items():
+    for name, choose in plays.items():
         env = HiddenConditionEnv(num_envs=EVAL_EPISODES, **env_kwargs)
-        env.reset(seed=EVAL_SEED)
+        _, info = env.reset(seed=EVAL_SEED)
         total = np.zeros(EVAL_EPISODES)
         for t in range(env.max_epochs):
             actions = np.zeros((EVAL_EPISODES, len(spaces.head_sizes(1))), np.int64)
-            actions[:, 0] = [Op.GERMINATE if grows(t, c) else Op.WAIT for c in env.condition]
-            total += env.step(actions)[1]
+            allowed = info["op_slot_mask"][:, :, 0]
+            actions[:, 0] = [choose(t, c, allowed[i]) for i, c in enumerate(env.condition)]
+            _, reward, _, _, info = env.step(actions)
+            total += reward
         out[name] = float(total.mean())
     return out
 
