@@ -331,6 +331,31 @@ def test_the_hidden_condition_toys_grow_window_allows_germinate_only_inside_it()
         hidden_condition.HiddenConditionEnv(reveal=0)
 
 
+def test_the_hidden_condition_toys_undo_keeps_only_fossilized_growth_and_prunes_a_seed_held_too_long():
+    env = hidden_condition.HiddenConditionEnv(num_envs=3, horizon=12, reveal=2, undo=(2, 3))
+    obs, info = env.reset(seed=[7, 7, 7])  # one episode three times: fossilized, pruned, left to time out
+    assert obs.shape == (3, 5) and not info["op_slot_mask"][:, [Op.PRUNE, Op.FOSSILIZE]].any()
+    plays = [[Op.GERMINATE, Op.WAIT, Op.FOSSILIZE], [Op.GERMINATE, Op.PRUNE], [Op.GERMINATE]]
+    returns, allowed = np.zeros(3), []
+    for t in range(12):
+        actions = np.zeros((3, len(Head)), np.int64)
+        actions[:, 0] = [play[t] if t < len(play) else Op.WAIT for play in plays]
+        allowed.append(info["op_slot_mask"][2, :, 0].copy())
+        obs, reward, _, _, info = env.step(actions)
+        returns += reward
+    # FOSSILIZE from hold_from steps after planting; a seed still live after step 0 + 2 + 3 is pruned
+    assert [bool(a[Op.FOSSILIZE]) for a in allowed[:7]] == [False, False, True, True, True, True, False]
+    assert [bool(a[Op.PRUNE]) for a in allowed[:7]] == [False, True, True, True, True, True, False]
+    assert env.kept().tolist() == [True, False, False] and env.pruned.tolist() == [False, True, True]
+    assert obs[:, 2:].tolist() == [[0, 1, 0], [0, 0, 1], [0, 0, 1]]  # live, fossilized, pruned
+    gain = 0.08 if env.condition[0] == 0 else -0.03
+    assert returns[0] - returns[1] == pytest.approx(gain) and returns[1] == pytest.approx(returns[2])
+    fixed = hidden_condition.fixed_returns({"horizon": 12, "reveal": 4, "undo": [2, 5]})
+    assert fixed["oracle"] > fixed["blind"] > fixed["wait"]  # plant, then keep or undo once the condition shows
+    with pytest.raises(ValueError, match=r"undo=\(2, 0\)"):
+        hidden_condition.HiddenConditionEnv(undo=(2, 0))
+
+
 def test_the_hidden_condition_study_trains_reads_and_tabulates(tmp_path):
     out = tmp_path / "runs.jsonl"
     hidden_condition.main(["--updates", "2", "--check-every", "1", "--seeds", "0-1", "--env-kwargs",

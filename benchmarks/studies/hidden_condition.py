@@ -16,9 +16,10 @@ normalisers, PPO) learns a growth decision that depends on a condition it is not
   ``reveal``, so no policy can tell the conditions apart before then;
 - ``grow_window`` (first and last step, inclusive) masks GERMINATE outside it: ``[reveal, reveal]`` turns the
   choice of when into a single yes-or-no, which separates learning *whether* from learning *when*;
-- ``undo`` gives the growth Esper's lifecycle in small: a planted seed is live, PRUNE may remove it at any step
-  (its cost stays paid, its gain is gone), FOSSILIZE may keep it from ``hold_from`` steps after planting, and a
-  seed still live ``max_hold`` steps after that is pruned automatically (Esper's holding timeout). Only a
+- ``undo`` = ``(hold_from, max_hold)`` gives the growth Esper's lifecycle in small: a planted seed is live,
+  PRUNE may remove it at any step (its cost stays paid, its gain is gone), FOSSILIZE may keep it from
+  ``hold_from`` steps after planting, and a seed still live ``max_hold`` steps after that is pruned
+  automatically (Esper's holding timeout). Only a
   fossilized seed's gain counts, still by the share of the episode since it was planted. This is the
   head-to-head's way around the blind decision: plant early, where it pays on average, then keep or undo once
   the condition shows; the observation gains the seed's state (live, fossilized, pruned).
@@ -74,21 +75,22 @@ class HiddenConditionEnv(VectorEnv):
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
 
     def __init__(self, num_envs: int = 8, horizon: int = 20, reveal: int = 3, cost: float = 0.01,
-                 luck_std: float = 0.03, grow_window: tuple[int, int] | None = None, undo: bool = False,
-                 hold_from: int = 3, max_hold: int = 5) -> None:
+                 luck_std: float = 0.03, grow_window: tuple[int, int] | None = None,
+                 undo: tuple[int, int] | None = None) -> None:
         if not 1 <= reveal < horizon:  # step 0's observation comes before any accuracy, so it never shows one
             raise ValueError(f"reveal={reveal}: expected a step in [1, horizon={horizon})")
         self.grow_window = (0, horizon - 1) if grow_window is None else tuple(grow_window)
         if not 0 <= self.grow_window[0] <= self.grow_window[1] < horizon:
             raise ValueError(f"grow_window={grow_window}: expected [first, last] steps within [0, {horizon})")
+        hold_from, max_hold = (0, 1) if undo is None else undo
         if hold_from < 0 or max_hold < 1:
-            raise ValueError(f"hold_from={hold_from}, max_hold={max_hold}: expected hold_from >= 0, max_hold >= 1")
+            raise ValueError(f"undo={undo}: expected (hold_from >= 0, max_hold >= 1)")
         self.num_envs, self.max_epochs, self.reveal = num_envs, horizon, reveal
         self.cost, self.luck_std = cost, luck_std
-        self.undo, self.hold_from, self.max_hold = undo, hold_from, max_hold
+        self.undo, self.hold_from, self.max_hold = undo is not None, hold_from, max_hold
         self.pbrs_weight, self.pbrs_gamma = 0.0, None  # no shaping (esper_agent.contracts reads these)
         self.single_action_space = spaces.action_space(1)
-        width = 5 if undo else 3  # [progress, accuracy, grown] or [progress, accuracy, live, fossilized, pruned]
+        width = 3 if undo is None else 5  # [progress, accuracy, grown] or [..., live, fossilized, pruned]
         self.single_observation_space = gym.spaces.Box(-1.0, 2.0, (width,), np.float32)  # accuracy + luck may pass 1
         self.action_space = batch_space(self.single_action_space, num_envs)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
