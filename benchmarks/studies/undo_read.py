@@ -13,7 +13,8 @@ keep it at epoch 6 (``keep``) or prune it at epoch 6 (``prune``); the seedling n
 
 Then what the policy could see when it decides: the planted network's validation and training accuracy after
 the last epoch before the decision (the ``prune`` arm's curves; until epoch 6 it plays the same ops as ``keep``),
-per condition, beside what pruning is worth there. Descriptive: the features are not a learned rule.
+per condition as the mean and the range over episodes, beside what pruning is worth there. Descriptive: the
+features are not a learned rule.
 
     python -m benchmarks.studies.undo_read benchmarks/results/screen_undo_all/Esper-CIFAR10-v0 \\
         --out benchmarks/results/screen_undo_all/Esper-CIFAR10-v0/undo_read.md
@@ -55,11 +56,19 @@ def informed(keep: dict[int, dict], prune: dict[int, dict]) -> dict[int, dict]:
     return {s: chosen[s] for s in seeds}
 
 
-def seen_before_decision(rows: dict[int, dict], curve: str) -> float:
-    """Mean over seeds of ``curve`` after the last step before the decision, in points (NaN if not recorded)."""
-    values = [row[curve][DECISION_STEP - 1] for row in rows.values()
-              if row.get(curve) and row[curve][DECISION_STEP - 1] is not None]
-    return 100 * statistics.fmean(values) if values else math.nan
+def seen_before_decision(rows: dict[int, dict], curve: str) -> list[float]:
+    """Per seed, ``curve`` after the last step before the decision, in points (seeds that did not record it left
+    out)."""
+    return [100 * row[curve][DECISION_STEP - 1] for row in rows.values()
+            if row.get(curve) and row[curve][DECISION_STEP - 1] is not None]
+
+
+def _spread(values: Sequence[float], signed: bool = False) -> str:
+    """Mean and per-episode range, or a dash when nothing was recorded."""
+    if not values:
+        return "–"
+    sign = "+" if signed else ""
+    return f"{statistics.fmean(values):{sign}.1f} ({min(values):{sign}.1f} to {max(values):{sign}.1f})"
 
 
 def condition_rows(runs: screen_report.Runs) -> list[tuple[str, dict[str, dict[int, dict]]]]:
@@ -104,17 +113,19 @@ def mixture_line(conditions: Sequence[tuple[str, dict[str, dict[int, dict]]]], k
 
 
 def features_table(conditions: Sequence[tuple[str, dict[str, dict[int, dict]]]]) -> list[str]:
+    """Mean and range over episodes, sorted by the mean gap (conditions without training curves last)."""
     lines = [f"| condition | validation % after step {DECISION_STEP - 1} | training % | training − validation | "
              f"prune − keep (test) |", "|---|---:|---:|---:|---:|"]
     rows = []
     for condition, arms in conditions:
         val = seen_before_decision(arms["prune"], "val_curve")
         train = seen_before_decision(arms["prune"], "train_curve")
+        gaps = [t - v for t, v in zip(train, val, strict=False)] if len(train) == len(val) else []
         gain = paired_by_seed(arms["prune"], arms["keep"], "test_accuracy")[0]
-        rows.append((train - val, condition, val, train, gain))
-    for gap, condition, val, train, gain in sorted(rows, key=lambda r: (math.isnan(r[0]), r[0])):
-        cells = [f"{val:.1f}", "–" if math.isnan(train) else f"{train:.1f}", "–" if math.isnan(gap) else f"{gap:+.1f}"]
-        lines.append(f"| {condition} | {' | '.join(cells)} | {gain:+.2f} |")
+        rows.append((statistics.fmean(gaps) if gaps else math.inf, condition, val, train, gaps, gain))
+    for _, condition, val, train, gaps, gain in sorted(rows, key=lambda r: r[0]):
+        lines.append(f"| {condition} | {_spread(val)} | {_spread(train)} | {_spread(gaps, signed=True)} | "
+                     f"{gain:+.2f} |")
     return lines
 
 
