@@ -55,3 +55,12 @@ def test_a_folder_without_the_undo_arms_is_refused(tmp_path: Path) -> None:
     (folder / "x.jsonl").write_text(json.dumps(_row("static-seedling", "full", 0, 0.5)) + "\n")
     with pytest.raises(SystemExit, match="no condition has all four arms"):
         undo_read.report(folder)
+
+
+COMMITTED = Path(__file__).resolve().parents[1] / "benchmarks/results/screen_undo_all/Esper-CIFAR10-v0"
+
+
+@pytest.mark.skipif(not COMMITTED.exists(), reason="the committed undo screen is not in this checkout")
+def test_the_committed_read_is_what_the_study_computes() -> None:
+    assert undo_read.report(COMMITTED) == (COMMITTED / "undo_read.md").read_text(), (
+        "rebuild it: python -m benchmarks.studies.undo_read <folder> --out <folder>/undo_read.md")
