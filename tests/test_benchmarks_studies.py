@@ -356,6 +356,17 @@ def test_the_hidden_condition_toys_undo_keeps_only_fossilized_growth_and_prunes_
         hidden_condition.HiddenConditionEnv(undo=(2, 0))
 
 
+def test_the_hidden_condition_toys_costs_share_sets_how_often_growth_costs():
+    rare = hidden_condition.HiddenConditionEnv(num_envs=1200, costs_share=1 / 12)
+    rare.reset(seed=0)
+    assert 0.05 < rare.condition.mean() < 0.12
+    fair = hidden_condition.HiddenConditionEnv(num_envs=64)
+    fair.reset(seed=5)
+    assert fair.condition.tolist() == [np.random.default_rng(5 + i).integers(2) for i in range(64)]
+    with pytest.raises(ValueError, match="costs_share=1.0"):
+        hidden_condition.HiddenConditionEnv(costs_share=1.0)
+
+
 def test_the_hidden_condition_study_trains_reads_and_tabulates(tmp_path):
     out = tmp_path / "runs.jsonl"
     hidden_condition.main(["--updates", "2", "--check-every", "1", "--seeds", "0-1", "--env-kwargs",
