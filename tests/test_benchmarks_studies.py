@@ -356,15 +356,24 @@ def test_the_hidden_condition_toys_undo_keeps_only_fossilized_growth_and_prunes_
         hidden_condition.HiddenConditionEnv(undo=(2, 0))
 
 
-def test_the_hidden_condition_toys_costs_share_sets_how_often_growth_costs():
-    rare = hidden_condition.HiddenConditionEnv(num_envs=1200, costs_share=1 / 12)
+def test_the_hidden_condition_toys_costing_sets_how_often_growth_costs_and_how_much():
+    rare = hidden_condition.HiddenConditionEnv(num_envs=1200, costing=(1 / 12, -0.09))
     rare.reset(seed=0)
     assert 0.05 < rare.condition.mean() < 0.12
+    germinate = np.zeros((1200, len(Head)), np.int64)
+    germinate[:, 0] = Op.GERMINATE
+    grown = sum(rare.step(germinate)[1] for _ in range(20))
+    rare.reset(seed=0)
+    waited = sum(rare.step(np.zeros_like(germinate))[1] for _ in range(20))
+    costs = rare.condition == 1
+    assert np.allclose((grown - waited)[costs], -0.09 - 0.01) and np.allclose((grown - waited)[~costs], 0.08 - 0.01)
     fair = hidden_condition.HiddenConditionEnv(num_envs=64)
     fair.reset(seed=5)
     assert fair.condition.tolist() == [np.random.default_rng(5 + i).integers(2) for i in range(64)]
-    with pytest.raises(ValueError, match="costs_share=1.0"):
-        hidden_condition.HiddenConditionEnv(costs_share=1.0)
+    with pytest.raises(ValueError, match=r"costing=\(1.0, -0.03\)"):
+        hidden_condition.HiddenConditionEnv(costing=(1.0, -0.03))
+    with pytest.raises(ValueError, match="a negative gain"):
+        hidden_condition.HiddenConditionEnv(costing=(0.5, 0.01))
 
 
 def test_the_hidden_condition_study_trains_reads_and_tabulates(tmp_path):

@@ -7,7 +7,9 @@ asks only whether, and how fast, the whole agent (``esper_agent.trainer.Trainer`
 normalisers, PPO) learns a growth decision that depends on a condition it is not told:
 
 - an episode is ``horizon`` steps of one slot; its reset seed draws the condition, half "pays", half "costs"
-  (``costs_share`` sets another share of "costs", e.g. 1/12 for one condition in the head-to-head's twelve);
+  (``costing`` = ``(share, gain)`` sets another share of "costs", e.g. 1/12 for one condition in the
+  head-to-head's twelve, and the gain growth has there, e.g. -0.09 for the 9 points keeping costs on
+  ``pool5k-noise40``);
 - the reward is the change of an accuracy curve, as on Esper, so the return is the final accuracy minus the
   start: the accuracy rises from the condition's chance level towards its top (0.1 -> 0.6 on "pays",
   0.5 -> 0.9 on "costs", like 10 classes against 2), shifted by a luck term drawn from the reset seed;
@@ -77,21 +79,22 @@ class HiddenConditionEnv(VectorEnv):
 
     def __init__(self, num_envs: int = 8, horizon: int = 20, reveal: int = 3, cost: float = 0.01,
                  luck_std: float = 0.03, grow_window: tuple[int, int] | None = None,
-                 undo: tuple[int, int] | None = None, costs_share: float | None = None) -> None:
+                 undo: tuple[int, int] | None = None, costing: tuple[float, float] | None = None) -> None:
         if not 1 <= reveal < horizon:  # step 0's observation comes before any accuracy, so it never shows one
             raise ValueError(f"reveal={reveal}: expected a step in [1, horizon={horizon})")
         self.grow_window = (0, horizon - 1) if grow_window is None else tuple(grow_window)
         if not 0 <= self.grow_window[0] <= self.grow_window[1] < horizon:
             raise ValueError(f"grow_window={grow_window}: expected [first, last] steps within [0, {horizon})")
-        if costs_share is not None and not 0.0 < costs_share < 1.0:
-            raise ValueError(f"costs_share={costs_share}: expected a share strictly between 0 and 1, or None")
+        if costing is not None and not (0.0 < costing[0] < 1.0 and costing[1] < 0.0):
+            raise ValueError(f"costing={costing}: expected (a share strictly between 0 and 1, a negative gain)")
         hold_from, max_hold = (0, 1) if undo is None else undo
         if hold_from < 0 or max_hold < 1:
             raise ValueError(f"undo={undo}: expected (hold_from >= 0, max_hold >= 1)")
         self.num_envs, self.max_epochs, self.reveal = num_envs, horizon, reveal
         self.cost, self.luck_std = cost, luck_std
         self.undo, self.hold_from, self.max_hold = undo is not None, hold_from, max_hold
-        self.costs_share = costs_share
+        self.costs_share = None if costing is None else costing[0]
+        self.gain = GAIN if costing is None else np.array([GAIN[0], costing[1]])
         self.pbrs_weight, self.pbrs_gamma = 0.0, None  # no shaping (esper_agent.contracts reads these)
         self.single_action_space = spaces.action_space(1)
         width = 3 if undo is None else 5  # [progress, accuracy, grown] or [..., live, fossilized, pruned]
@@ -105,7 +108,7 @@ class HiddenConditionEnv(VectorEnv):
         self._rngs = [np.random.default_rng(i) for i in range(num_envs)]
 
     def _start(self, i: int) -> None:
-        rng = self._rngs[i]  # without costs_share, the fair draw every earlier run made (the same episodes)
+        rng = self._rngs[i]  # without costing, the fair draw every earlier run made (the same episodes)
         self.condition[i] = rng.integers(2) if self.costs_share is None else rng.random() < self.costs_share
         self.luck[i] = self._rngs[i].normal(0.0, self.luck_std)
         self.step_index[i], self.grown_at[i] = 0, -1
@@ -124,7 +127,7 @@ class HiddenConditionEnv(VectorEnv):
         c = self.condition[i]
         value = CHANCE[c] + (TOP[c] - CHANCE[c]) * (1 - 0.5 ** (t + 1)) + self.luck[i]
         if t == self.max_epochs - 1 and self.kept()[i]:  # growth shows in the final accuracy
-            value += GAIN[c] * (self.max_epochs - self.grown_at[i]) / self.max_epochs
+            value += self.gain[c] * (self.max_epochs - self.grown_at[i]) / self.max_epochs
         return value
 
     def _obs(self) -> np.ndarray:
