@@ -91,6 +91,14 @@ def write_atomic(path: Path, data: str | bytes) -> Path:
     return path
 
 
+def write_or_print(text: str, out: Path | None) -> None:
+    """A study's report: written to ``out`` when given (its ``--out``), else printed."""
+    if out is not None:
+        out.write_text(text)
+    else:
+        print(text)
+
+
 def write_json(path: Path, payload: Any, indent: int | None = 1) -> Path:
     """``payload`` as strict JSON (:func:`json_safe`) written atomically, with a final newline."""
     return write_atomic(path, json.dumps(json_safe(payload), indent=indent, allow_nan=False) + "\n")

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks import compare_report
+from benchmarks.common import write_or_print
 
 SEEDLING = "static"
 GROWTH_ARMS = ("static_small", "static_medium", "plan_grow-x2-deep_at0", "plan_grow-x2_at0")
@@ -152,11 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="fixed arms whose best return per condition, minus the seedling's, is what growth pays")
     parser.add_argument("--out", type=Path, help="write the markdown here (default: print it)")
     args = parser.parse_args(argv)
-    text = report(args.folder, args.learner, args.condition, growth_arms=args.growth_arms)
-    if args.out:
-        args.out.write_text(text)
-    else:
-        print(text)
+    write_or_print(report(args.folder, args.learner, args.condition, growth_arms=args.growth_arms), args.out)
     return 0
 
 

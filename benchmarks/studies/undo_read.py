@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks import screen_report
+from benchmarks.common import write_or_print
 from benchmarks.screen_arms import SEEDLING_ARM
 from esper_agent.report import mean_ci95
 
@@ -149,11 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("folder", type=Path, help="a screen folder holding the undo arm set's slices")
     parser.add_argument("--out", type=Path, help="write the markdown here (default: print it)")
     args = parser.parse_args(argv)
-    text = report(args.folder)
-    if args.out:
-        args.out.write_text(text)
-    else:
-        print(text)
+    write_or_print(report(args.folder), args.out)
     return 0
 
 
