@@ -22,10 +22,10 @@ normalisers, PPO) learns a growth decision that depends on a condition it is not
 - ``undo`` = ``(hold_from, max_hold)`` gives the growth Esper's lifecycle in small: a planted seed is live,
   PRUNE may remove it at any step (its cost stays paid, its gain is gone), FOSSILIZE may keep it from
   ``hold_from`` steps after planting, and a seed still live ``max_hold`` steps after that is pruned
-  automatically (Esper's holding timeout). Only a
-  fossilized seed's gain counts, still by the share of the episode since it was planted. This is the
-  head-to-head's way around the blind decision: plant early, where it pays on average, then keep or undo once
-  the condition shows; the observation gains the seed's state (live, fossilized, pruned).
+  automatically (Esper's holding timeout). Only a fossilized seed's gain counts, still by the share of the
+  episode since it was planted. This is the head-to-head's way around the blind decision: plant early, where it
+  pays on average, then keep or undo once the condition shows; the observation gains the seed's state (live,
+  fossilized, pruned).
 
 Without ``undo`` the best policy waits until ``reveal`` and then grows only where it pays; with it, it plants at
 once, waits until ``reveal`` and fossilizes where it pays and prunes where it costs. The action space, the masks in
