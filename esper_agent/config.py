@@ -57,8 +57,9 @@ class AgentConfig:
     """Add the encoded observation to the LSTM's output before the post-LSTM LayerNorm (a residual path around
     the LSTM), so that the heads and the critic read the current observation directly. On the hidden-condition
     toy with GERMINATE allowed only once the condition shows, the argmax policy read it after 20 updates instead
-    of 60 (medians of 10 seeds); with free timing, no sooner (the toy's notebook, 2026-12-06). Off by default:
-    not yet measured on the growth task."""
+    of 60 (medians of 10 seeds); with free timing, no sooner (the toy's notebook, 2026-12-06). With the condition
+    that needs the decision one episode in twelve it did worse than without: 3 of 10 seeds read in 300 updates
+    against 10 (docs/experiments/2026-12-06-informed-undo.md). Off by default: not measured on the growth task."""
     wait_prior: float = 0.0
     """Initial bias added to WAIT's logit in the op head (nats, >= 0); 0 = uniform over the valid ops."""
     prune_prior: float = 0.0

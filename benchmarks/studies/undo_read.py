@@ -60,8 +60,17 @@ def informed(keep: dict[int, dict], prune: dict[int, dict]) -> dict[int, dict]:
 def seen_before_decision(rows: dict[int, dict], curve: str) -> list[float]:
     """Per seed, ``curve`` after the last step before the decision, in points (seeds that did not record it left
     out)."""
-    return [100 * row[curve][DECISION_STEP - 1] for row in rows.values()
-            if row.get(curve) and row[curve][DECISION_STEP - 1] is not None]
+    return [value for value in (_at_decision(row, curve) for row in rows.values()) if value is not None]
+
+
+def _at_decision(row: dict, curve: str) -> float | None:
+    values = row.get(curve)
+    return None if not values or values[DECISION_STEP - 1] is None else 100 * values[DECISION_STEP - 1]
+
+
+def seen_pair(row: dict) -> tuple[float | None, float | None]:
+    """One episode's training and validation accuracy (points) after the last step before the decision."""
+    return _at_decision(row, "train_curve"), _at_decision(row, "val_curve")
 
 
 def _spread(values: Sequence[float], signed: bool = False) -> str:
@@ -73,13 +82,14 @@ def _spread(values: Sequence[float], signed: bool = False) -> str:
 
 
 def condition_rows(runs: screen_report.Runs) -> list[tuple[str, dict[str, dict[int, dict]]]]:
-    """Conditions on which all four arms ran, in the screen's order, each with its arms' seeds."""
+    """Conditions on which all four arms ran, in the screen's order, each with its arms' seeds and, as
+    ``"informed"``, the episodes of whichever of keep and prune :func:`informed` picks there."""
     conditions = dict.fromkeys(condition for _, condition in screen_report.ordered(runs))
     out = []
     for condition in conditions:
         arms = {short: runs.get((arm, condition), {}) for short, arm in ARMS.items()}
         if all(arms.values()):
-            out.append((condition, arms))
+            out.append((condition, {**arms, "informed": informed(arms["keep"], arms["prune"])}))
     return out
 
 
@@ -87,10 +97,9 @@ def decision_table(conditions: Sequence[tuple[str, dict[str, dict[int, dict]]]],
     lines = ["| condition | seeds | seedling | asap | keep − asap | prune − keep | informed picks | informed − asap "
              "| informed − seedling |", "|---|---:|---:|---:|---:|---:|---|---:|---:|"]
     for condition, arms in conditions:
-        best = informed(arms["keep"], arms["prune"])
-        pick = "prune" if next(iter(best.values()))["arm"] == ARMS["prune"] else "keep"
-        cells = [paired_by_seed(arms["keep"], arms["asap"], key), paired_by_seed(arms["prune"], arms["keep"], key),
-                 paired_by_seed(best, arms["asap"], key), paired_by_seed(best, arms["seedling"], key)]
+        pick = "prune" if next(iter(arms["informed"].values()))["arm"] == ARMS["prune"] else "keep"
+        cells = [paired_by_seed(arms[a], arms[b], key) for a, b in (("keep", "asap"), ("prune", "keep"),
+                                                                      ("informed", "asap"), ("informed", "seedling"))]
         seeds = min(n for _, _, n in cells)
         level = [statistics.fmean(screen_report.points(r, key) for r in arms[a].values()) for a in ("seedling",
                                                                                                     "asap")]
@@ -103,11 +112,9 @@ def mixture_line(conditions: Sequence[tuple[str, dict[str, dict[int, dict]]]], k
     """The conditions weighed alike: per seed, the mean over conditions of informed − asap, then the CI over
     seeds (the seeds every arm ran on every condition)."""
     seeds = sorted(set.intersection(*(set(arms[a]) for _, arms in conditions for a in ARMS)))
-    per_seed = []
-    for s in seeds:
-        diffs = [screen_report.points(informed(arms["keep"], arms["prune"])[s], key)
-                 - screen_report.points(arms["asap"][s], key) for _, arms in conditions]
-        per_seed.append(statistics.fmean(diffs))
+    per_seed = [statistics.fmean(screen_report.points(arms["informed"][s], key)
+                                 - screen_report.points(arms["asap"][s], key) for _, arms in conditions)
+                for s in seeds]
     mean, ci = mean_ci95(per_seed) if per_seed else (math.nan, math.nan)
     return (f"Over the {len(conditions)} conditions weighed alike, informed − asap: {_pm(mean, ci)} "
             f"({len(seeds)} seeds).")
@@ -121,7 +128,8 @@ def features_table(conditions: Sequence[tuple[str, dict[str, dict[int, dict]]]])
     for condition, arms in conditions:
         val = seen_before_decision(arms["prune"], "val_curve")
         train = seen_before_decision(arms["prune"], "train_curve")
-        gaps = [t - v for t, v in zip(train, val, strict=False)] if len(train) == len(val) else []
+        gaps = [train_at - val_at for train_at, val_at in (seen_pair(row) for row in arms["prune"].values())
+                if train_at is not None and val_at is not None]
         gain = paired_by_seed(arms["prune"], arms["keep"], "test_accuracy")[0]
         rows.append((statistics.fmean(gaps) if gaps else math.inf, condition, val, train, gaps, gain))
     for _, condition, val, train, gaps, gain in sorted(rows, key=lambda r: r[0]):
