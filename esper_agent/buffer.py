@@ -140,6 +140,26 @@ def compute_gae(rollout: Rollout, rewards: Tensor, gamma: float, lam: float) -> 
     return Advantages(advantages, advantages + rollout.values)
 
 
+def rollout_copy(rollout: Rollout) -> Rollout:
+    """A copy of ``rollout`` that owns its memory (:meth:`RolloutStorage.finish` hands out views of the storage,
+    which the next rollout overwrites)."""
+    return Rollout(*(LSTMState(*(t.clone() for t in f)) if isinstance(f, LSTMState)
+                     else f.copy() if isinstance(f, np.ndarray) else f.clone() for f in rollout))
+
+
+def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
+    """The rollouts' rows stacked into one rollout (``N`` = the sum of theirs; each row keeps its own steps)."""
+    fields = []
+    for parts in zip(*rollouts, strict=True):
+        if isinstance(parts[0], LSTMState):
+            fields.append(LSTMState(torch.cat([p.h for p in parts]), torch.cat([p.c for p in parts])))
+        elif isinstance(parts[0], np.ndarray):
+            fields.append(np.concatenate(parts))
+        else:
+            fields.append(torch.cat(parts))
+    return Rollout(*fields)
+
+
 def first_episode(rollout: Rollout) -> Tensor:
     """(N, T) bool: the stored steps of each row's first episode, the one its rollout reset started."""
     later_starts = rollout.episode_start.long().cumsum(1) - rollout.episode_start[:, :1].long()
@@ -171,5 +191,5 @@ def subtract_group_baseline(advantages: Advantages, rollout: Rollout, group_size
     return Advantages((adv - baseline).reshape(n, t), advantages.returns)
 
 
-__all__ = ["Rollout", "Advantages", "RolloutStorage", "compute_gae", "first_episode", "next_values",
-           "subtract_group_baseline"]
+__all__ = ["Rollout", "Advantages", "RolloutStorage", "compute_gae", "concat_rollouts", "first_episode",
+           "next_values", "rollout_copy", "subtract_group_baseline"]

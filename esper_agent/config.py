@@ -112,6 +112,19 @@ class AgentConfig:
     """Global gradient-norm clip (L2 norm of all gradients); the pre-clip norm is logged."""
     target_kl: float = 0.02
     """Stop the update once the joint KL of a minibatch exceeds this (nats per step); 0 = never stop."""
+    replay_rollouts: int = 1
+    """Rollouts each PPO update learns from: the new one and the ``replay_rollouts - 1`` before it (count, >= 1;
+    1 = plain PPO). At the start of an update the policy as it stands (the proximal policy) re-scores the older
+    rollouts' actions: their clipped ratio is taken against it, and each of their steps' advantages is weighted
+    by min(1, pi_proximal / pi_behaviour), the truncated importance weight against the policy that collected
+    the step (the decoupled objective of Hilton, Cobbe and Schulman, 2022, for sample reuse as in GePPO,
+    Queeney et al., 2021). A rollout keeps the advantages, critic targets and normalised observations it had
+    when collected. Each epoch has ``num_minibatches`` minibatches per rollout held, so a minibatch keeps its
+    size. A decision that matters in one episode in twelve then keeps shaping the policy for several updates
+    instead of one. On the hidden-condition toy with the costing condition one episode in twelve
+    (``undo-deadline-rare9``), 8 rollouts with ``target_kl`` 0 read it by update 50 on 5 of 5 exploratory seeds,
+    against 0 of 5 without (docs/experiments/2026-12-06-informed-undo.md). Off by default: not measured on the
+    growth task."""
 
     # --- imitation before PPO (esper_agent.imitate) ---------------------------------------------------------
     imitation_updates: int = 0
@@ -182,7 +195,7 @@ LEGACY_VALUES: dict[str, Any] = {"bootstrap_truncation": True}
 _UNIT_INTERVAL_OPEN_LOW = ("gamma",)
 _UNIT_INTERVAL = ("gae_lambda", "anomaly_entropy_min", "entropy_floor")
 _POSITIVE_INT = ("seed_group_size", "rollout_steps", "update_epochs", "num_minibatches", "max_nonfinite_steps",
-                 "checkpoint_interval", "imitation_epochs")
+                 "checkpoint_interval", "imitation_epochs", "replay_rollouts")
 _POSITIVE = ("clip_coef", "learning_rate", "adam_eps", "max_grad_norm", "obs_clip", "reward_clip",
              "anomaly_ratio_max", "anomaly_kl_max")
 _NON_NEGATIVE = ("ent_coef", "entropy_floor_coef", "reference_kl_coef", "vf_coef", "target_kl", "anomaly_ratio_min",

@@ -1,4 +1,4 @@
-"""The trainer's three optional extensions to plain PPO, each off by default and each one class here.
+"""The trainer's four optional extensions to plain PPO, each off by default and each one class here.
 
 - :class:`Imitation` (``imitation_updates``): the first updates let the heuristic act and fit the policy to its
   actions (:mod:`esper_agent.imitate`) in place of PPO's update; PPO then starts from fresh Adam moments.
@@ -6,9 +6,11 @@
   started from (:mod:`esper_agent.ppo`), its weight decayed over ``reference_kl_updates``.
 - :class:`BestWindow` (``select_best_window``): the policy that collected the best window of rollouts is kept and
   handed out as the trained policy (:mod:`esper_agent.selection`).
+- :class:`Replay` (``replay_rollouts``): each PPO update also learns from the rollouts before the new one,
+  re-scored by the policy at the start of the update (:attr:`AgentConfig.replay_rollouts`).
 
 :class:`esper_agent.trainer.Trainer` calls them at named points of its loop (collect -> advantages -> update ->
-log). With an extension off its calls change nothing, so with all three off the loop is plain PPO. Each holds the
+log). With an extension off its calls change nothing, so with all four off the loop is plain PPO. Each holds the
 state it adds to a checkpoint and reports the same metric keys in every update (NaN where it has nothing to say),
 so that ``metrics.csv`` keeps one header.
 """
@@ -16,12 +18,13 @@ so that ``metrics.csv`` keeps one header.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from typing import Any
 
 import torch
 
-from esper_agent.buffer import Rollout
+from esper_agent.buffer import Rollout, concat_rollouts, rollout_copy
 from esper_agent.config import AgentConfig
 from esper_agent.contracts import check_imitation_possible
 from esper_agent.distributed import SingleProcess
@@ -29,8 +32,8 @@ from esper_agent.envs import VectorEnvDriver
 from esper_agent.heuristic import HeuristicActor, env_host
 from esper_agent.imitate import IMITATION_STATS, imitation_update
 from esper_agent.normalize import ObservationNormalizer
-from esper_agent.policy import RecurrentPolicy
-from esper_agent.ppo import NonFiniteGuard, Reference, empty_ppo_stats
+from esper_agent.policy import LSTMState, RecurrentPolicy
+from esper_agent.ppo import NonFiniteGuard, Reference, TrainBatch, empty_ppo_stats, replay_rows
 from esper_agent.selection import BestPolicy, Snapshot, kept_policy, snapshot
 
 
@@ -148,4 +151,74 @@ class BestWindow:
             self.selection.load_state_dict(state)
 
 
-__all__ = ["BestWindow", "Imitation", "ReferenceKL", "frozen_copy"]
+def rescored(policy: RecurrentPolicy, batch: TrainBatch) -> tuple[TrainBatch, torch.Tensor]:
+    """An older batch for this update: its log-probs replaced by ``policy``'s (the proximal policy the ratio is
+    clipped around) and its advantages weighted by min(1, pi_proximal / pi_behaviour) per step; and those weights
+    (N, T), 0 on padding."""
+    rollout = batch.rollout
+    with torch.no_grad():
+        _, valid, ev = replay_rows(policy, rollout, torch.arange(rollout.valid.shape[0]))
+    proximal = torch.where(valid, ev.log_prob, rollout.log_probs)
+    weight = torch.where(valid, (proximal - rollout.log_probs).exp().clamp(max=1.0), torch.zeros_like(proximal))
+    return TrainBatch(rollout._replace(log_probs=proximal), batch.advantages * weight, batch.returns), weight
+
+
+def _plain(batch: TrainBatch) -> dict[str, torch.Tensor]:
+    """A held batch as named tensors on the CPU (a checkpoint loads with ``weights_only``)."""
+    r = batch.rollout
+    fields = {name: value for name, value in r._asdict().items() if name not in ("initial_state", "resets_inside")}
+    tensors = fields | {"initial_h": r.initial_state.h, "initial_c": r.initial_state.c,
+                        "resets_inside": torch.from_numpy(r.resets_inside), "advantages": batch.advantages,
+                        "returns": batch.returns}
+    return {name: value.detach().cpu() for name, value in tensors.items()}
+
+
+def _from_plain(entry: dict[str, torch.Tensor], device: torch.device) -> TrainBatch:
+    t = {name: value.to(device) for name, value in entry.items()}
+    fields = {name: t[name] for name in Rollout._fields if name not in ("initial_state", "resets_inside")}
+    rollout = Rollout(**fields, initial_state=LSTMState(t["initial_h"], t["initial_c"]),
+                      resets_inside=entry["resets_inside"].numpy().copy())
+    return TrainBatch(rollout, t["advantages"], t["returns"])
+
+
+class Replay:
+    """With ``replay_rollouts`` > 1, the last PPO rollouts' batches, and the batch each PPO update learns from."""
+
+    def __init__(self, config: AgentConfig) -> None:
+        self.size = config.replay_rollouts
+        self.held: list[TrainBatch] = []  # oldest first, as collected (their own log-probs and advantages)
+        self.weight_mean = math.nan
+
+    def batch(self, policy: RecurrentPolicy, new: TrainBatch, config: AgentConfig
+              ) -> tuple[TrainBatch, AgentConfig]:
+        """The batch and config of this PPO update: ``new`` and ``config`` when replay is off; else the older held
+        batches re-scored by ``policy`` (:func:`rescored`) followed by ``new``, with ``num_minibatches`` per
+        rollout. A copy of ``new`` is held for the next updates."""
+        if self.size == 1:
+            return new, config
+        old = self.held[-(self.size - 1):]
+        self.held = [*old, TrainBatch(rollout_copy(new.rollout), new.advantages.clone(), new.returns.clone())]
+        scored = [rescored(policy, b) for b in old]
+        weights = [w[b.rollout.valid] for (_, w), b in zip(scored, old, strict=True)]
+        self.weight_mean = float(torch.cat(weights).mean()) if weights else math.nan  # sync: once per update
+        parts = [b for b, _ in scored] + [new]
+        batch = TrainBatch(concat_rollouts([p.rollout for p in parts]), torch.cat([p.advantages for p in parts]),
+                           torch.cat([p.returns for p in parts]))
+        return batch, dataclasses.replace(config, num_minibatches=config.num_minibatches * len(parts))
+
+    def metrics(self) -> dict[str, float]:
+        """How many rollouts the last update learned from, and the mean importance weight over the valid steps of
+        the older ones (NaN with none)."""
+        if self.size == 1:
+            return {}
+        return {"replay/rollouts": float(len(self.held)), "replay/weight_mean": self.weight_mean}
+
+    def state_dict(self) -> list[dict[str, torch.Tensor]] | None:
+        return None if self.size == 1 else [_plain(b) for b in self.held]
+
+    def load_state_dict(self, state: list[dict[str, torch.Tensor]] | None, device: torch.device) -> None:
+        if self.size > 1 and state is not None:
+            self.held = [_from_plain(entry, device) for entry in state[-self.size:]]
+
+
+__all__ = ["BestWindow", "Imitation", "Replay", "ReferenceKL", "frozen_copy"]

@@ -40,7 +40,7 @@ from esper_agent.config import AgentConfig
 from esper_agent.contracts import check_gamma_contract, check_imitation_possible, episode_length
 from esper_agent.distributed import SINGLE, SingleProcess, sample_seed, warn_main
 from esper_agent.envs import VectorEnvDriver
-from esper_agent.extensions import BestWindow, Imitation, ReferenceKL
+from esper_agent.extensions import BestWindow, Imitation, ReferenceKL, Replay
 from esper_agent.heuristic import HeuristicActor, env_host
 from esper_agent.normalize import ObservationNormalizer, RewardScaler
 from esper_agent.policy import RecurrentPolicy
@@ -95,6 +95,7 @@ class Trainer:
         self.imitation = Imitation(config, self.driver, ranks)
         self.reference_kl = ReferenceKL(config)
         self.best_window = BestWindow(config.select_best_window)
+        self.replay = Replay(config)
         self.update_index, self.env_steps = 0, 0
 
     @property
@@ -157,6 +158,7 @@ class Trainer:
                                    "normalizer/reward_scale": self.reward_scaler.scale}
         metrics |= learned | rollout_statistics(rollout, advantages, self.ranks) | episodes
         metrics |= self.best_window.metrics()  # extension: selection (no keys when off)
+        metrics |= self.replay.metrics()  # extension: replay (no keys when off)
         metrics["time/update_s"] = time.perf_counter() - collected
         metrics["anomalies"] = detect_anomalies(metrics, self.config)
         return metrics
@@ -176,8 +178,9 @@ class Trainer:
         """PPO's update, with the reference KL term when that extension is on; the imitation statistics are NaN."""
         self.imitation.hand_over(self.optimizer, self.update_index)  # extension: fresh Adam moments after imitation
         reference = self.reference_kl.for_update(self.policy, self.update_index)  # extension: reference KL
-        batch = TrainBatch(rollout, advantages.advantages, advantages.returns)
-        stats = ppo_update(self.policy, self.optimizer, batch, self.config, self.minibatch_generator, self.guard,
+        batch, config = self.replay.batch(self.policy, TrainBatch(rollout, advantages.advantages, advantages.returns),
+                                          self.config)  # extension: replay (as given when off)
+        stats = ppo_update(self.policy, self.optimizer, batch, config, self.minibatch_generator, self.guard,
                            self.ranks, reference)
         return self.imitation.absent_stats() | {"ppo/reference_kl_weight": self.reference_kl.weight(
             self.update_index)} | stats
@@ -209,6 +212,7 @@ class Trainer:
                          "world_size": self.ranks.world_size},
             "selection": self.best_window.state_dict(),
             "reference": self.reference_kl.state_dict(),
+            "replay": self.replay.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -229,6 +233,7 @@ class Trainer:
         self._load_sample_state(state["rng"], int(counters.get("world_size", 1)))
         self.best_window.load_state_dict(state.get("selection"))
         self.reference_kl.load_state_dict(state.get("reference"), self.policy)
+        self.replay.load_state_dict(state.get("replay"), self.device)
 
     def _load_sample_state(self, rng: dict[str, Any], saved_world_size: int) -> None:
         """Each rank continues its own action-sampling stream; with another number of ranks than the checkpoint's,
