@@ -140,15 +140,9 @@ def compute_gae(rollout: Rollout, rewards: Tensor, gamma: float, lam: float) -> 
     return Advantages(advantages, advantages + rollout.values)
 
 
-def rollout_copy(rollout: Rollout) -> Rollout:
-    """A copy of ``rollout`` that owns its memory (:meth:`RolloutStorage.finish` hands out views of the storage,
-    which the next rollout overwrites)."""
-    return Rollout(*(LSTMState(*(t.clone() for t in f)) if isinstance(f, LSTMState)
-                     else f.copy() if isinstance(f, np.ndarray) else f.clone() for f in rollout))
-
-
 def concat_rollouts(rollouts: list[Rollout]) -> Rollout:
-    """The rollouts' rows stacked into one rollout (``N`` = the sum of theirs; each row keeps its own steps)."""
+    """The rollouts' rows stacked into one new rollout (``N`` = the sum of theirs; each row keeps its own steps).
+    Of one rollout, a copy that owns its memory: :meth:`RolloutStorage.finish` hands out views of the storage."""
     fields = []
     for parts in zip(*rollouts, strict=True):
         if isinstance(parts[0], LSTMState):
@@ -192,4 +186,4 @@ def subtract_group_baseline(advantages: Advantages, rollout: Rollout, group_size
 
 
 __all__ = ["Rollout", "Advantages", "RolloutStorage", "compute_gae", "concat_rollouts", "first_episode",
-           "next_values", "rollout_copy", "subtract_group_baseline"]
+           "next_values", "subtract_group_baseline"]

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from esper_agent.buffer import Rollout, concat_rollouts, rollout_copy
+from esper_agent.buffer import Rollout, concat_rollouts
 from esper_agent.config import AgentConfig
 from esper_agent.contracts import check_imitation_possible
 from esper_agent.distributed import SingleProcess
@@ -197,7 +197,7 @@ class Replay:
         if self.size == 1:
             return new, config
         old = self.held[-(self.size - 1):]
-        self.held = [*old, TrainBatch(rollout_copy(new.rollout), new.advantages.clone(), new.returns.clone())]
+        self.held = [*old, TrainBatch(concat_rollouts([new.rollout]), new.advantages.clone(), new.returns.clone())]
         scored = [rescored(policy, b) for b in old]
         weights = [w[b.rollout.valid] for (_, w), b in zip(scored, old, strict=True)]
         self.weight_mean = float(torch.cat(weights).mean()) if weights else math.nan  # sync: once per update
