@@ -26,5 +26,5 @@ wait "${pids[@]}"
 kill $mon
 tail -n 6 .stage/replay/logs/*.log
 tail -n 3 "$OUT/gpu.log"
-tar czf "$OUT/replay.tgz" -C .stage replay
+tar czf "$OUT/replay.tgz" --exclude="*.ckpt" --exclude="*.png" --exclude="*.pt" -C .stage replay
 ls -la "$OUT"
