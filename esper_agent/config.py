@@ -125,7 +125,8 @@ class AgentConfig:
     (``undo-deadline-rare9``), 8 rollouts with ``target_kl`` 0 read it by update 50 on 10 of 10 held-out seeds,
     against 0 of 10 without. On the growth task's tuning seeds (``Esper-CIFAR10-Fast-v0``, 100 and 101) the same
     configuration's op head collapsed by update 20 and it scored 49.87 against e3's 54.84 (52.01 with
-    ``target_kl`` kept): off by default (docs/experiments/2026-12-06-replay.md)."""
+    ``target_kl`` kept; 52.35 and 51.10 with ``entropy_floor`` 0.3 and 0.5, which stop the collapse but not the
+    plant-and-prune churn): off by default (docs/experiments/2026-12-06-replay.md)."""
 
     # --- imitation before PPO (esper_agent.imitate) ---------------------------------------------------------
     imitation_updates: int = 0
