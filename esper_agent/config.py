@@ -127,6 +127,18 @@ class AgentConfig:
     configuration's op head collapsed by update 20 and it scored 49.87 against e3's 54.84 (52.01 with
     ``target_kl`` kept; 52.35 and 51.10 with ``entropy_floor`` 0.3 and 0.5, which stop the collapse but not the
     plant-and-prune churn): off by default (docs/experiments/2026-12-06-replay.md)."""
+    proximal_ewma: float = 0.0
+    """Decay per PPO update of an exponentially weighted average of the policy's parameters that serves as the
+    proximal policy (in [0, 1); 0 = off: the policy at the update's start, as in plain PPO). At the start of each
+    update the average moves towards the policy (average = decay * average + (1 - decay) * policy; at the first
+    update it is a copy) and re-scores every rollout of the update, the new one too: each ratio is clipped
+    around the average, and each step's advantage is weighted by min(1, pi_average / pi_behaviour). This is
+    PPO-EWMA (Hilton, Cobbe and Schulman, 2022): however many optimiser steps an update takes, the clipped
+    objective stops rewarding moves further than the clip range from the policy's recent average. It is meant
+    for ``replay_rollouts`` with ``target_kl`` 0, whose 64 steps per update churned on the growth task. On the
+    hidden-condition toy (``undo-deadline-rare9``, 5 exploratory seeds) replay of 8 with decay 0.75 read the
+    costing condition by update 50 on 5 of 5, as replay alone did; untested on the task
+    (docs/experiments/2026-12-06-replay.md)."""
 
     # --- imitation before PPO (esper_agent.imitate) ---------------------------------------------------------
     imitation_updates: int = 0
@@ -238,6 +250,7 @@ def _validate(cfg: AgentConfig) -> None:
     _require(cfg, "hidden_size", cfg.hidden_size >= 8 and cfg.hidden_size % 2 == 0, "an even integer >= 8")
     _require(cfg, "anomaly_ratio_min", cfg.anomaly_ratio_min < 1.0 < cfg.anomaly_ratio_max,
              "anomaly_ratio_min < 1 < anomaly_ratio_max")
+    _require(cfg, "proximal_ewma", 0.0 <= cfg.proximal_ewma < 1.0, "a float in [0, 1)")
     _require(cfg, "reference_kl_updates", cfg.reference_kl_updates == 0 or cfg.reference_kl_coef > 0,
              "0 while reference_kl_coef is 0 (there is no KL term to decay)")
 

@@ -182,43 +182,78 @@ def _from_plain(entry: dict[str, torch.Tensor], device: torch.device) -> TrainBa
 
 
 class Replay:
-    """With ``replay_rollouts`` > 1, the last PPO rollouts' batches, and the batch each PPO update learns from."""
+    """The batch each PPO update learns from, and the proximal policy its ratios are clipped around: with
+    ``replay_rollouts`` > 1, the last rollouts' batches too; with ``proximal_ewma`` > 0, an average of the policy's
+    recent parameters as the proximal policy."""
 
     def __init__(self, config: AgentConfig) -> None:
-        self.size = config.replay_rollouts
+        self.size, self.decay = config.replay_rollouts, config.proximal_ewma
         self.held: list[TrainBatch] = []  # oldest first, as collected (their own log-probs and advantages)
+        self.average: RecurrentPolicy | None = None  # made at the first update when proximal_ewma > 0
         self.weight_mean = math.nan
+
+    @property
+    def on(self) -> bool:
+        return self.size > 1 or self.decay > 0
 
     def batch(self, policy: RecurrentPolicy, new: TrainBatch, config: AgentConfig
               ) -> tuple[TrainBatch, AgentConfig]:
-        """The batch and config of this PPO update: ``new`` and ``config`` when replay is off; else the older held
-        batches re-scored by ``policy`` (:func:`rescored`) followed by ``new``, with ``num_minibatches`` per
-        rollout. A copy of ``new`` is held for the next updates."""
-        if self.size == 1:
+        """The batch and config of this PPO update: ``new`` and ``config`` when both options are off; else the
+        older held batches followed by ``new``, with ``num_minibatches`` per rollout. The proximal policy (the
+        average, else ``policy``) re-scores the older batches, and ``new`` too when it is the average
+        (:func:`rescored`). A copy of ``new`` is held for the next updates."""
+        if not self.on:
             return new, config
-        old = self.held[-(self.size - 1):]
-        self.held = [*old, TrainBatch(concat_rollouts([new.rollout]), new.advantages.clone(), new.returns.clone())]
-        scored = [rescored(policy, b) for b in old]
-        weights = [w[b.rollout.valid] for (_, w), b in zip(scored, old, strict=True)]
+        old = self.held[-(self.size - 1):] if self.size > 1 else []
+        if self.size > 1:
+            self.held = [*old, TrainBatch(concat_rollouts([new.rollout]), new.advantages.clone(), new.returns.clone())]
+        proximal = self._moved_average(policy) if self.decay > 0 else policy
+        to_score = [*old, new] if self.decay > 0 else old  # new was collected by policy: its ratio starts at 1
+        scored = [rescored(proximal, b) for b in to_score]
+        weights = [w[b.rollout.valid] for (_, w), b in zip(scored, to_score, strict=True)]
         self.weight_mean = float(torch.cat(weights).mean()) if weights else math.nan  # sync: once per update
-        parts = [b for b, _ in scored] + [new]
+        parts = [b for b, _ in scored] + ([] if self.decay > 0 else [new])
         batch = TrainBatch(concat_rollouts([p.rollout for p in parts]), torch.cat([p.advantages for p in parts]),
                            torch.cat([p.returns for p in parts]))
         return batch, dataclasses.replace(config, num_minibatches=config.num_minibatches * len(parts))
 
+    def _moved_average(self, policy: RecurrentPolicy) -> RecurrentPolicy:
+        """The average after this update's step towards ``policy`` (a copy of it at the first update)."""
+        if self.average is None:
+            self.average = frozen_copy(policy)
+        else:
+            with torch.no_grad():
+                for mean, current in zip(self.average.parameters(), policy.parameters(), strict=True):
+                    mean.mul_(self.decay).add_(current, alpha=1.0 - self.decay)
+        return self.average
+
     def metrics(self) -> dict[str, float]:
-        """How many rollouts the last update learned from, and the mean importance weight over the valid steps of
-        the older ones (NaN with none)."""
-        if self.size == 1:
+        """How many rollouts the last update learned from, and the mean importance weight over the valid steps
+        re-scored (NaN with none)."""
+        if not self.on:
             return {}
-        return {"replay/rollouts": float(len(self.held)), "replay/weight_mean": self.weight_mean}
+        return {"replay/rollouts": float(max(len(self.held), 1)), "replay/weight_mean": self.weight_mean}
 
-    def state_dict(self) -> list[dict[str, torch.Tensor]] | None:
-        return None if self.size == 1 else [_plain(b) for b in self.held]
+    def state_dict(self) -> dict[str, Any] | None:
+        if not self.on:
+            return None
+        average = None if self.average is None else {k: v.detach().cpu() for k, v in self.average.state_dict().items()}
+        return {"held": [_plain(b) for b in self.held], "average": average}
 
-    def load_state_dict(self, state: list[dict[str, torch.Tensor]] | None, device: torch.device) -> None:
-        if self.size > 1 and state is not None:
-            self.held = [_from_plain(entry, device) for entry in state[-self.size:]]
+    def load_state_dict(self, state: dict[str, Any] | list[dict[str, torch.Tensor]] | None,
+                        policy: RecurrentPolicy) -> None:
+        """Restore what :meth:`state_dict` saved, onto ``policy``'s device; ``policy`` (already restored) gives
+        the average its shape. A list is the held batches alone, as checkpoints saved them before
+        ``proximal_ewma``."""
+        if not self.on or state is None:
+            return
+        held, average = (state, None) if isinstance(state, list) else (state["held"], state["average"])
+        if self.size > 1:
+            device = next(policy.parameters()).device
+            self.held = [_from_plain(entry, device) for entry in held[-self.size:]]
+        if self.decay > 0 and average is not None:
+            self.average = frozen_copy(policy)
+            self.average.load_state_dict(average)
 
 
 __all__ = ["BestWindow", "Imitation", "Replay", "ReferenceKL", "frozen_copy"]

@@ -233,7 +233,7 @@ class Trainer:
         self._load_sample_state(state["rng"], int(counters.get("world_size", 1)))
         self.best_window.load_state_dict(state.get("selection"))
         self.reference_kl.load_state_dict(state.get("reference"), self.policy)
-        self.replay.load_state_dict(state.get("replay"), self.device)
+        self.replay.load_state_dict(state.get("replay"), self.policy)
 
     def _load_sample_state(self, rng: dict[str, Any], saved_world_size: int) -> None:
         """Each rank continues its own action-sampling stream; with another number of ranks than the checkpoint's,

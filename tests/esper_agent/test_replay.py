@@ -1,4 +1,5 @@
-"""Replay of the last rollouts in each PPO update (``AgentConfig.replay_rollouts``, ``esper_agent.extensions``)."""
+"""Replay of the last rollouts in each PPO update (``AgentConfig.replay_rollouts``) and the averaged proximal policy
+(``AgentConfig.proximal_ewma``), both in ``esper_agent.extensions.Replay``."""
 
 from __future__ import annotations
 
@@ -77,23 +78,75 @@ def test_a_held_rollout_is_a_copy_that_the_next_rollout_does_not_overwrite() -> 
     assert not torch.equal(trainer.replay.held[1].rollout.obs, obs)  # the storage now holds the second
 
 
-def test_a_run_resumed_from_a_checkpoint_replays_the_same_rollouts(tmp_path: Path) -> None:
-    straight = toy_env.make_toy_trainer(replay_rollouts=3)
+@pytest.mark.parametrize("options", [{"replay_rollouts": 3}, {"replay_rollouts": 3, "proximal_ewma": 0.5},
+                                     {"proximal_ewma": 0.5}])
+def test_a_run_resumed_from_a_checkpoint_replays_the_same_rollouts(tmp_path: Path, options: dict[str, Any]) -> None:
+    straight = toy_env.make_toy_trainer(**options)
     for _ in range(4):
         straight.update()
-    first = toy_env.make_toy_trainer(replay_rollouts=3)
+    first = toy_env.make_toy_trainer(**options)
     for _ in range(2):
         first.update()
     path = save_checkpoint(tmp_path / "ckpt.pt", first.state_dict())
-    resumed = toy_env.make_toy_trainer(replay_rollouts=3)
-    resumed.load_state_dict(load_checkpoint(path))  # weights_only: the held rollouts are plain tensors
-    assert len(resumed.replay.held) == 2
+    resumed = toy_env.make_toy_trainer(**options)
+    resumed.load_state_dict(load_checkpoint(path))  # weights_only: the held rollouts and the average are plain tensors
+    assert len(resumed.replay.held) == (2 if options.get("replay_rollouts", 1) > 1 else 0)
+    assert (resumed.replay.average is None) == ("proximal_ewma" not in options)
     for _ in range(2):
         resumed.update()
     for name, value in straight.policy.state_dict().items():
         assert torch.equal(value, resumed.policy.state_dict()[name]), name
 
 
+def test_a_checkpoint_that_holds_only_the_rollouts_still_loads() -> None:
+    saved = toy_env.make_toy_trainer(replay_rollouts=2)
+    saved.update()
+    held = [entry for entry in saved.replay.state_dict()["held"]]  # the list checkpoints held before proximal_ewma
+    replay = Replay(AgentConfig(replay_rollouts=2))
+    replay.load_state_dict(held, saved.policy)
+    assert len(replay.held) == 1 and torch.equal(replay.held[0].rollout.obs, saved.replay.held[0].rollout.obs)
+
+
+def test_the_average_starts_as_a_copy_of_the_policy_and_moves_towards_it_by_the_decay(monkeypatch) -> None:
+    seen = recording_updates(monkeypatch)
+    trainer = toy_env.make_toy_trainer(proximal_ewma=0.25)
+    trainer.update()
+    average = trainer.replay.average
+    assert average is not None and not any(p.requires_grad for p in average.parameters())
+    for name, value in average.state_dict().items():
+        assert torch.equal(value, seen[0][2][name]), name  # the policy at the start of update 1
+    trainer.update()
+    for name, value in average.named_parameters():
+        torch.testing.assert_close(value, 0.25 * seen[0][2][name] + 0.75 * seen[1][2][name])
+
+
+def test_with_the_average_every_rollout_is_rescored_by_it(monkeypatch) -> None:
+    seen = recording_updates(monkeypatch)
+    trainer = toy_env.make_toy_trainer(replay_rollouts=2, proximal_ewma=0.5, num_minibatches=2)
+    n = trainer.driver.num_envs
+    for _ in range(3):
+        trainer.update()
+    batch, cfg, _ = seen[2]
+    assert batch.rollout.valid.shape[0] == 2 * n and cfg.num_minibatches == 4
+    for i, raw in enumerate(trainer.replay.held):  # update 2's rollout, then update 3's: as collected
+        rows = slice(i * n, (i + 1) * n)
+        assert torch.equal(batch.rollout.obs[rows], raw.rollout.obs)
+        with torch.no_grad():
+            _, valid, ev = replay_rows(trainer.replay.average, batch.rollout, torch.arange(i * n, (i + 1) * n))
+        torch.testing.assert_close(batch.rollout.log_probs[rows][valid], ev.log_prob[valid])
+        expected = raw.advantages * (ev.log_prob - raw.rollout.log_probs).exp().clamp(max=1.0)
+        torch.testing.assert_close(batch.advantages[rows][valid], expected[valid])
+    with torch.no_grad():
+        _, valid, now = replay_rows(trainer.policy, batch.rollout, torch.arange(n, 2 * n))
+    assert not torch.equal(batch.rollout.log_probs[n:][valid], now.log_prob[valid])  # not the current policy's
+
+
 def test_replay_rollouts_must_be_a_positive_count() -> None:
     with pytest.raises(ValueError, match="replay_rollouts"):
         AgentConfig(replay_rollouts=0)
+
+
+@pytest.mark.parametrize("decay", [1.0, -0.1, float("nan")])
+def test_proximal_ewma_must_be_in_the_half_open_unit_interval(decay: float) -> None:
+    with pytest.raises(ValueError, match="proximal_ewma"):
+        AgentConfig(proximal_ewma=decay)
