@@ -6,8 +6,9 @@
   started from (:mod:`esper_agent.ppo`), its weight decayed over ``reference_kl_updates``.
 - :class:`BestWindow` (``select_best_window``): the policy that collected the best window of rollouts is kept and
   handed out as the trained policy (:mod:`esper_agent.selection`).
-- :class:`Replay` (``replay_rollouts``): each PPO update also learns from the rollouts before the new one,
-  re-scored by the policy at the start of the update (:attr:`AgentConfig.replay_rollouts`).
+- :class:`Replay` (``replay_rollouts``, ``proximal_ewma``): each PPO update also learns from the rollouts before
+  the new one, re-scored by the proximal policy: the policy at the start of the update, or an average of its
+  recent parameters.
 
 :class:`esper_agent.trainer.Trainer` calls them at named points of its loop (collect -> advantages -> update ->
 log). With an extension off its calls change nothing, so with all four off the loop is plain PPO. Each holds the
@@ -152,8 +153,8 @@ class BestWindow:
 
 
 def rescored(policy: RecurrentPolicy, batch: TrainBatch) -> tuple[TrainBatch, torch.Tensor]:
-    """An older batch for this update: its log-probs replaced by ``policy``'s (the proximal policy the ratio is
-    clipped around) and its advantages weighted by min(1, pi_proximal / pi_behaviour) per step; and those weights
+    """A batch for this update: its log-probs replaced by ``policy``'s (the proximal policy the ratio is clipped
+    around) and its advantages weighted by min(1, pi_proximal / pi_behaviour) per step; and those weights
     (N, T), 0 on padding."""
     rollout = batch.rollout
     with torch.no_grad():
@@ -240,20 +241,17 @@ class Replay:
         average = None if self.average is None else {k: v.detach().cpu() for k, v in self.average.state_dict().items()}
         return {"held": [_plain(b) for b in self.held], "average": average}
 
-    def load_state_dict(self, state: dict[str, Any] | list[dict[str, torch.Tensor]] | None,
-                        policy: RecurrentPolicy) -> None:
+    def load_state_dict(self, state: dict[str, Any] | None, policy: RecurrentPolicy) -> None:
         """Restore what :meth:`state_dict` saved, onto ``policy``'s device; ``policy`` (already restored) gives
-        the average its shape. A list is the held batches alone, as checkpoints saved them before
-        ``proximal_ewma``."""
+        the average its shape."""
         if not self.on or state is None:
             return
-        held, average = (state, None) if isinstance(state, list) else (state["held"], state["average"])
         if self.size > 1:
             device = next(policy.parameters()).device
-            self.held = [_from_plain(entry, device) for entry in held[-self.size:]]
-        if self.decay > 0 and average is not None:
+            self.held = [_from_plain(entry, device) for entry in state["held"][-self.size:]]
+        if self.decay > 0 and state["average"] is not None:
             self.average = frozen_copy(policy)
-            self.average.load_state_dict(average)
+            self.average.load_state_dict(state["average"])
 
 
 __all__ = ["BestWindow", "Imitation", "Replay", "ReferenceKL", "frozen_copy"]

@@ -98,15 +98,6 @@ def test_a_run_resumed_from_a_checkpoint_replays_the_same_rollouts(tmp_path: Pat
         assert torch.equal(value, resumed.policy.state_dict()[name]), name
 
 
-def test_a_checkpoint_that_holds_only_the_rollouts_still_loads() -> None:
-    saved = toy_env.make_toy_trainer(replay_rollouts=2)
-    saved.update()
-    held = [entry for entry in saved.replay.state_dict()["held"]]  # the list checkpoints held before proximal_ewma
-    replay = Replay(AgentConfig(replay_rollouts=2))
-    replay.load_state_dict(held, saved.policy)
-    assert len(replay.held) == 1 and torch.equal(replay.held[0].rollout.obs, saved.replay.held[0].rollout.obs)
-
-
 def test_the_average_starts_as_a_copy_of_the_policy_and_moves_towards_it_by_the_decay(monkeypatch) -> None:
     seen = recording_updates(monkeypatch)
     trainer = toy_env.make_toy_trainer(proximal_ewma=0.25)
