@@ -26,12 +26,19 @@ from esper_env.render import EpisodeRecord as Timeline
 from esper_env.render import episode_events
 from esper_env.spaces import Op
 
-# Two-sided 95% Student-t quantiles for 1..30 degrees of freedom (larger samples use 1.96).
+# Two-sided 95% Student-t quantiles for 1..30 degrees of freedom (larger samples: _t95_large).
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
         2.045, 2.042)
 UNKNOWN_BLUEPRINT = "unknown"  # not reported (planted in a step that rolled back) or outside the catalogue
 TEST_HINT = " (Esper measures it at the last epoch with the env kwarg report_test_accuracy=true)"
+
+
+def _t95_large(df: int) -> float:
+    """The two-sided 95% Student-t quantile for more than 30 degrees of freedom, by its Cornish-Fisher expansion
+    around the normal's 1.96 (within 1e-4 of the exact value from df 31 on; 1.96 alone is 4% narrow at df 31)."""
+    z = 1.959964
+    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
 
 
 def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
@@ -41,7 +48,7 @@ def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
         return math.nan, math.nan
     if data.size == 1:
         return float(data[0]), math.nan
-    t = _T95[data.size - 2] if data.size - 1 <= len(_T95) else 1.96
+    t = _T95[data.size - 2] if data.size - 1 <= len(_T95) else _t95_large(data.size - 1)
     return float(data.mean()), float(t * data.std(ddof=1) / math.sqrt(data.size))
 
 

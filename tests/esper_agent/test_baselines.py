@@ -6,6 +6,7 @@ from collections import Counter
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import toy_env
 from agent_fixtures import one_torch_thread  # noqa: F401  (autouse: one torch thread per test)
 
@@ -88,3 +89,11 @@ def test_mean_ci95() -> None:
     mean, half = mean_ci95([1.0, 2.0, 3.0])
     assert mean == 2.0 and abs(half - 4.303 * 1.0 / np.sqrt(3)) < 1e-9
     assert np.isnan(mean_ci95([5.0])[1]) and np.isnan(mean_ci95([])[0])
+
+
+@pytest.mark.parametrize("n, t", [(31, 2.042), (32, 2.0395), (41, 2.0211), (48, 2.0117), (121, 1.9799)])
+def test_mean_ci95_uses_student_t_beyond_the_table(n: int, t: float) -> None:
+    # t for n - 1 degrees of freedom: the table's at 30, the exact quantile to 4 places above it
+    values = [float(i % 2) for i in range(n)]
+    mean, half = mean_ci95(values)
+    assert half == pytest.approx(t * np.std(values, ddof=1) / np.sqrt(n), rel=1e-4)
