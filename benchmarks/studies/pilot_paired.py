@@ -1,0 +1,123 @@
+"""Agent candidates against a reference configuration on the same tuning seeds, read in more detail than
+:mod:`benchmarks.sweep_select`'s one score: return differences paired by reset seed, what each candidate plants,
+keeps and prunes, and each hidden condition's test accuracy.
+
+    python -m benchmarks.studies.pilot_paired benchmarks/results/h2h_v2_sweep/Esper-CIFAR10-Fast-v0 \\
+        esper_agent-e3 benchmarks/results/replay_pilot/Esper-CIFAR10-Fast-v0 \\
+        --out benchmarks/results/replay_pilot/Esper-CIFAR10-Fast-v0/paired.md
+
+Argmax episodes only. The candidates are the learner folders of the candidate folder (``esper_agent-<label>``
+and the other learners of :data:`benchmarks.compare_agents.LEARNING_ARMS`). Two intervals, and what each says:
+
+- *per learner seed*: each seed's mean over its episodes of (candidate - reference). With two tuning seeds there
+  is no CI; these are the units a configuration's training noise lives in.
+- *over episodes*: the mean of every episode's difference with a Student-t 95% CI over episodes. It treats the
+  two sets of trained policies as given, so it says whether *these runs* differ on the evaluation's reset
+  seeds, not whether the configurations would on a rerun.
+
+Per condition the episode counts are small (1-6 on two seeds); the table is for spotting a sign, not reading one.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from benchmarks import compare_report
+from benchmarks.common import write_or_print
+from benchmarks.compare_agents import LEARNING_ARMS
+from benchmarks.studies.h2h_diagnosis import SEEDLING, by_condition, episodes
+from esper_agent.report import mean_ci95
+
+OPS = ("germinate", "fossilize", "prune")
+
+
+def paired_returns(candidate: list[dict], reference: list[dict]) -> dict[int, list[float]]:
+    """Per learner seed, candidate minus reference return (points) on each reset seed both played."""
+    theirs = {e["env_seed"]: e["return"] for e in reference}
+    out: dict[int, list[float]] = {}
+    for e in candidate:
+        if e["env_seed"] in theirs:
+            out.setdefault(e["seed"], []).append(100 * (e["return"] - theirs[e["env_seed"]]))
+    return dict(sorted(out.items()))
+
+
+def op_counts(rows: list[dict]) -> str:
+    counts = Counter(op for e in rows for _, op, *_ in e["ops"])
+    return " / ".join(str(counts[op]) for op in OPS)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def return_table(reference_name: str, reference: list[dict], candidates: dict[str, list[dict]]) -> list[str]:
+    lines = [f"| configuration | episodes | return | − {reference_name}, per learner seed | − {reference_name}, "
+             "over episodes (95% CI) | GERMINATE / FOSSILIZE / PRUNE | test accuracy (%) |",
+             "|---|---:|---:|---|---:|---|---:|",
+             f"| {reference_name} (reference) | {len(reference)} | {100 * _mean([e['return'] for e in reference]):.2f}"
+             f" | | | {op_counts(reference)} | {100 * _mean([e['test_accuracy'] for e in reference]):.2f} |"]
+    for name, rows in candidates.items():
+        per_seed = paired_returns(rows, reference)
+        mean, half = mean_ci95([d for diffs in per_seed.values() for d in diffs])
+        seeds = ", ".join(f"{seed}: {_mean(d):+.2f}" for seed, d in per_seed.items())
+        lines.append(f"| {name} | {len(rows)} | {100 * _mean([e['return'] for e in rows]):.2f} | {seeds} | "
+                     f"{mean:+.2f} ± {half:.2f} | {op_counts(rows)} | "
+                     f"{100 * _mean([e['test_accuracy'] for e in rows]):.2f} |")
+    return lines
+
+
+def condition_table(arms: dict[str, list[dict]]) -> list[str]:
+    """Each condition's mean test accuracy (%) per arm, with the number of episodes behind it."""
+    grouped = {name: by_condition(rows) for name, rows in arms.items()}
+    conditions = sorted({c for g in grouped.values() for c in g})
+    lines = ["| condition | " + " | ".join(arms) + " |", "|---|" + "---:|" * len(arms)]
+    for condition in conditions:
+        cells = []
+        for g in grouped.values():
+            rows = g.get(condition, [])
+            cells.append(f"{100 * _mean([e['test_accuracy'] for e in rows]):.1f} ({len(rows)})" if rows else "–")
+        lines.append(f"| {condition} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def candidates_in(folder: Path) -> dict[str, list[dict]]:
+    arms = compare_report.load_slices(folder)
+    return {name: episodes(slices) for name, slices in arms.items() if compare_report.arm_of(name) in LEARNING_ARMS}
+
+
+def report(reference_folder: Path, reference_name: str, candidate_folder: Path) -> str:
+    arms = compare_report.load_slices(reference_folder)
+    if reference_name not in arms:
+        raise SystemExit(f"no reference {reference_name!r} in {reference_folder}; it has {sorted(arms)}")
+    reference = episodes(arms[reference_name])
+    candidates = candidates_in(candidate_folder)
+    if not candidates:
+        raise SystemExit(f"no learner folders in {candidate_folder}")
+    seedling = {f"{SEEDLING} (seedling)": episodes(arms[SEEDLING])} if SEEDLING in arms else {}
+    return "\n".join([
+        f"# Candidates against {reference_name} on the tuning seeds (`{candidate_folder.name}`, argmax episodes)",
+        "", f"Reference: `{reference_folder}`; candidates: `{candidate_folder}`. Returns in points; the per-seed "
+        "differences carry the training noise, the CI over episodes does not (see "
+        "`benchmarks/studies/pilot_paired.py`).", "",
+        *return_table(reference_name, reference, candidates), "",
+        "## Test accuracy (%) per hidden condition (episodes)", "",
+        *condition_table({reference_name: reference, **seedling, **candidates}), ""])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.pilot_paired",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("reference_folder", type=Path, help="the reference's campaign folder: <out>/<env>")
+    parser.add_argument("reference", help="the reference configuration's folder name, e.g. esper_agent-e3")
+    parser.add_argument("candidate_folder", type=Path, help="the candidates' campaign folder: <out>/<env>")
+    parser.add_argument("--out", type=Path, help="write the markdown here (default: print it)")
+    args = parser.parse_args(argv)
+    write_or_print(report(args.reference_folder, args.reference, args.candidate_folder), args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

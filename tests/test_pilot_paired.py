@@ -1,0 +1,45 @@
+"""The pilot's paired read of candidates against a reference, and its report on the committed replay pilot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.studies import pilot_paired
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks/results"
+REFERENCE = RESULTS / "h2h_v2_sweep/Esper-CIFAR10-Fast-v0"
+PILOT = RESULTS / "replay_pilot/Esper-CIFAR10-Fast-v0"
+COMMITTED = pytest.mark.skipif(not (REFERENCE.exists() and PILOT.exists()),
+                               reason="the committed sweep and replay pilot are not in this checkout")
+
+
+def test_paired_returns_match_reset_seeds_and_group_by_learner_seed() -> None:
+    reference = [{"env_seed": 1, "return": 0.50}, {"env_seed": 2, "return": 0.40}, {"env_seed": 3, "return": 0.60}]
+    candidate = [{"seed": 7, "env_seed": 2, "return": 0.45}, {"seed": 7, "env_seed": 1, "return": 0.40},
+                 {"seed": 5, "env_seed": 3, "return": 0.70}, {"seed": 5, "env_seed": 9, "return": 0.99}]
+    paired = pilot_paired.paired_returns(candidate, reference)
+    assert list(paired) == [5, 7]  # learner seeds in order; reset seed 9 has no reference episode
+    assert paired[5] == pytest.approx([10.0]) and paired[7] == pytest.approx([5.0, -10.0])
+
+
+def test_op_counts_reads_every_episodes_timeline() -> None:
+    rows = [{"ops": [[0, "germinate", 1, "deepen"], [3, "prune", 1, None]]},
+            {"ops": [[1, "germinate", 2, "widen"], [2, "fossilize", 2, None]]}, {"ops": []}]
+    assert pilot_paired.op_counts(rows) == "2 / 1 / 1"
+
+
+@COMMITTED
+def test_the_committed_read_is_what_the_study_computes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(RESULTS.parents[1])  # the report names its folders as given: relative to the repo root
+    text = pilot_paired.report(REFERENCE.relative_to(RESULTS.parents[1]), "esper_agent-e3",
+                               PILOT.relative_to(RESULTS.parents[1]))
+    assert text == (PILOT / "paired.md").read_text(), (
+        "rebuild it with the command in benchmarks/studies/pilot_paired.py's docstring")
+
+
+@COMMITTED
+def test_a_missing_reference_is_named() -> None:
+    with pytest.raises(SystemExit, match=r"no reference 'esper_agent-e9' in .*; it has \["):
+        pilot_paired.report(REFERENCE, "esper_agent-e9", PILOT)
