@@ -2,13 +2,14 @@
 # One device call of the replay pilot on Esper-CIFAR10-Fast-v0's tuning seeds 100 and 101: esper_agent-e3-replay8
 # trained and evaluated exactly as the head-to-head's sweep trained esper_agent-e3 (benchmarks/results/h2h_v2_sweep),
 # side by side, as resumable slices in .stage/replay (kept on the machine between back-to-back calls). Usage:
-# bash .stage/call_replay.sh LIMIT_S [LABEL EXTRA_KWARGS] (each slice pauses at the first update after which another would pass LIMIT_S).
+# bash .stage/call_replay.sh LIMIT_S [LABEL EXTRA_KWARGS] (EXTRA_KWARGS '' runs e3 itself; each slice pauses at the first update after which another would pass LIMIT_S).
 set -u
 [[ $1 =~ ^[0-9]+$ ]] || { echo "expected whole seconds, got '$1'"; exit 2; }
 export ESPER_DATA_DIR=$PWD/.stage/cifar ESPER_GIT_COMMIT=$(cat .stage/sha) ESPER_GIT_DIRTY=0
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 E3='"learning_rate": 0.001, "wait_prior": 1.0, "prune_prior": 2.0, "seed_group_size": 4, "entropy_floor": 0.1'
-KW="{$E3, ${3:-\"replay_rollouts\": 8, \"target_kl\": 0.0}}"
+if [[ $# -ge 3 && -z $3 ]]; then KW="{$E3}"  # an empty third argument: e3 itself (a same-card rerun)
+else KW="{$E3, ${3:-\"replay_rollouts\": 8, \"target_kl\": 0.0}}"; fi
 LABEL=${2:-e3-replay8}
 mkdir -p .stage/replay/logs
 nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -l 30 > "$OUT/gpu.log" &
