@@ -28,6 +28,8 @@ from esper_env.config import EnvConfig
 from esper_env.host import build_host
 from esper_env.spaces import BLUEPRINT_NAMES, Head, Op
 
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks/results"
+
 TINY = {"max_epochs": 4, "min_training_epochs": 0, "synthetic_train_size": 128, "synthetic_val_size": 64,
         "synthetic_test_size": 64, "batch_size": 64}
 
@@ -401,3 +403,26 @@ def test_queue_order_schedules_each_slice_on_the_first_slot_to_free(tmp_path):
     assert json.loads((tmp_path / "q.json").read_text())["orders_searched"] == 92400
     with pytest.raises(SystemExit):
         queue_order.main(["--draws", "0"])
+
+
+def test_hidden_condition_pairs_first_reads_by_seed_and_leaves_out_nevers():
+    def run(label, seed, first):
+        return {"label": label, "seed": seed, "first_read": first}
+    runs = [run("a", 0, 40), run("a", 1, 60), run("a", 2, None), run("a", 3, 50),
+            run("b", 0, 10), run("b", 1, 20), run("b", 2, 30), run("b", 3, None), run("b", 4, 10)]
+    paired = hidden_condition.paired_first_reads(runs, "b", "a")
+    assert paired["mean"] == pytest.approx(-35.0) and paired["seeds"] == 2 and paired["unpaired"] == 2
+    assert paired["ci95"] == pytest.approx(12.706 * 5.0)  # two differences, -30 and -40: sd 7.07, se 5
+    assert hidden_condition.paired_lines(runs, "a") == [
+        "b − a, first read paired by seed: -35 ± 64 updates (Student-t 95%, 2 seeds where both read; 2 where "
+        "either never read)"]
+    with pytest.raises(ValueError, match=r"--paired-against 'c': no runs of it; the labels are \['a', 'b'\]"):
+        hidden_condition.paired_lines(runs, "c")
+
+
+@pytest.mark.skipif(not (RESULTS / "hidden_condition/skip-window.jsonl").exists(),
+                    reason="the committed hidden-condition runs are not in this checkout")
+def test_the_committed_skip_window_runs_give_the_notebooks_paired_read():
+    runs = hidden_condition.read_runs(RESULTS / "hidden_condition/skip-window.jsonl")
+    paired = hidden_condition.paired_first_reads(runs, "e3-skip", "e3")  # docs/experiments/2026-11-29-...-toy.md
+    assert (round(paired["mean"]), round(paired["ci95"]), paired["seeds"]) == (-35, 13, 10)

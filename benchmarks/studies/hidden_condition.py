@@ -39,7 +39,9 @@ come from hashed seeds, so an overlap is possible but was not there for the comm
         --out benchmarks/results/hidden_condition/runs.jsonl
 
 Each (configuration, seed) appends one JSON line (its checks); the table is rebuilt from every line in the file
-(without ``--config`` it only rebuilds the table).
+(without ``--config`` it only rebuilds the table). ``--paired-against LABEL`` also prints each other label's first
+read minus LABEL's, paired by training seed with a Student-t 95% CI, e.g. ``--out
+benchmarks/results/hidden_condition/skip-window.jsonl --paired-against e3`` for ``lstm_skip``'s −35 ± 13 updates.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from benchmarks.campaign import parse_seeds
 from benchmarks.common import run_stamp
 from esper_agent.config import AgentConfig
 from esper_agent.envs import VectorEnvDriver
-from esper_agent.evaluate import PolicyActor, run_episodes
+from esper_agent.evaluate import PolicyActor, mean_ci95, run_episodes
 from esper_agent.trainer import Trainer
 from esper_env import spaces
 from esper_env.spaces import SENTINEL, Op
@@ -297,6 +299,34 @@ def report(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def paired_first_reads(runs: list[dict[str, Any]], label: str, reference: str) -> dict[str, Any]:
+    """``label``'s first read minus ``reference``'s (updates), paired by training seed over the seeds where both
+    read: the mean and its Student-t 95% CI half-width (NaN under 2 seeds), the seeds paired, and the seeds both
+    ran where either never read (left out: a never has no update to subtract)."""
+    def firsts(name: str) -> dict[int, int | None]:
+        return {r["seed"]: r["first_read"] for r in runs if r["label"] == name}
+    mine, theirs = firsts(label), firsts(reference)
+    shared = sorted(mine.keys() & theirs.keys())
+    both = [s for s in shared if mine[s] is not None and theirs[s] is not None]
+    mean, half = mean_ci95([mine[s] - theirs[s] for s in both])
+    return {"mean": mean, "ci95": half, "seeds": len(both), "unpaired": len(shared) - len(both)}
+
+
+def paired_lines(runs: list[dict[str, Any]], reference: str) -> list[str]:
+    """One line per other label: its first read paired against ``reference``'s (:func:`paired_first_reads`)."""
+    labels = list(dict.fromkeys(r["label"] for r in runs))
+    if reference not in labels:
+        raise ValueError(f"--paired-against {reference!r}: no runs of it; the labels are {labels}")
+    lines = []
+    for label in labels:
+        if label != reference:
+            d = paired_first_reads(runs, label, reference)
+            lines.append(f"{label} − {reference}, first read paired by seed: {d['mean']:+.0f} ± {d['ci95']:.0f} "
+                         f"updates (Student-t 95%, {d['seeds']} seeds where both read; {d['unpaired']} where "
+                         "either never read)")
+    return lines
+
+
 def read_runs(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -312,6 +342,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num-envs", type=int, default=8, help="training sub-envs (each update's episodes)")
     parser.add_argument("--env-kwargs", type=json.loads, default={}, help="JSON kwargs of HiddenConditionEnv")
     parser.add_argument("--out", type=Path, required=True, help="JSON-lines file the runs are appended to")
+    parser.add_argument("--paired-against", metavar="LABEL",
+                        help="also print every other label's first read minus this one's, paired by seed")
     args = parser.parse_args(argv)
     earlier = read_runs(args.out) if args.out.exists() else []
     if args.config and earlier and earlier[0]["env_kwargs"] != args.env_kwargs:
@@ -330,6 +362,8 @@ def main(argv: list[str] | None = None) -> None:
     table = report(read_runs(args.out))
     args.out.with_suffix(".md").write_text(table + "\n")
     print(table)
+    if args.paired_against:
+        print("\n".join(["", *paired_lines(read_runs(args.out), args.paired_against)]))
 
 
 if __name__ == "__main__":
