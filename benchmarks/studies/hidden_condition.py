@@ -117,18 +117,20 @@ class HiddenConditionEnv(VectorEnv):
         self.fossilized[i], self.pruned[i] = False, False
         self.accuracy[i], self.ended[i] = CHANCE[self.condition[i]], False
 
-    def kept(self) -> np.ndarray:
-        """Per sub-env, whether its growth counts: planted, or with ``undo`` fossilized."""
-        return self.fossilized.copy() if self.undo else self.grown_at >= 0
+    def kept(self, index: int | slice = slice(None)) -> np.ndarray:
+        """Per sub-env (or for sub-env ``index``), whether its growth counts: planted, or with ``undo``
+        fossilized."""
+        return self.fossilized[index].copy() if self.undo else self.grown_at[index] >= 0
 
-    def live(self) -> np.ndarray:
-        """Per sub-env, whether a planted seed can still be pruned or fossilized (``undo`` only)."""
-        return self.undo & (self.grown_at >= 0) & ~self.fossilized & ~self.pruned
+    def live(self, index: int | slice = slice(None)) -> np.ndarray:
+        """Per sub-env (or for sub-env ``index``), whether a planted seed can still be pruned or fossilized
+        (``undo`` only)."""
+        return self.undo & (self.grown_at[index] >= 0) & ~self.fossilized[index] & ~self.pruned[index]
 
     def _accuracy_after(self, i: int, t: int) -> float:
         c = self.condition[i]
         value = CHANCE[c] + (TOP[c] - CHANCE[c]) * (1 - 0.5 ** (t + 1)) + self.luck[i]
-        if t == self.max_epochs - 1 and self.kept()[i]:  # growth shows in the final accuracy
+        if t == self.max_epochs - 1 and self.kept(i):  # growth shows in the final accuracy
             value += self.gain[c] * (self.max_epochs - self.grown_at[i]) / self.max_epochs
         return value
 
@@ -170,7 +172,7 @@ class HiddenConditionEnv(VectorEnv):
             self.pruned[i] = True
         elif op == Op.FOSSILIZE and allowed[op]:
             self.fossilized[i] = True
-        if self.live()[i] and t >= self.grown_at[i] + self.hold_from + self.max_hold:  # the holding timeout
+        if self.live(i) and t >= self.grown_at[i] + self.hold_from + self.max_hold:  # the holding timeout
             self.pruned[i] = True
         return -self.cost if op == Op.GERMINATE and allowed[op] else 0.0
 
