@@ -78,8 +78,12 @@ class Imitation:
 
 
 def frozen_copy(policy: RecurrentPolicy) -> RecurrentPolicy:
-    """A copy of the policy's network, without gradients."""
-    return copy.deepcopy(policy).requires_grad_(False).eval()
+    """A copy of the policy's network, without gradients. A deep copy gives the LSTM's weights separate storage;
+    on CUDA, cuDNN would then warn and compact them on every call, so they are flattened into one chunk again
+    (a no-op on the CPU)."""
+    frozen = copy.deepcopy(policy).requires_grad_(False).eval()
+    frozen.lstm.flatten_parameters()
+    return frozen
 
 
 class ReferenceKL:

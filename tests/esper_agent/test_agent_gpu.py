@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import warnings
 from pathlib import Path
 
 import gymnasium as gym
@@ -52,3 +53,15 @@ def test_esper_synthetic_on_cuda(tmp_path: Path) -> None:
     print("esper synthetic on cuda:", {k: rows[-1][k] for k in ("episode/return_mean", "time/env_steps_per_s",
                                                                 "time/host_images_per_s", "time/update_s")})
     assert rows[-1]["update"] == 2
+
+
+def test_frozen_copies_keep_the_lstm_in_one_chunk_on_cuda() -> None:
+    # The EWMA average and the reference policy are deep copies; unflattened, cuDNN warns and compacts their LSTM
+    # weights on every call (the twenty-seventh session's task logs).
+    envs = gym.make_vec(toy_env.ENV_ID, num_envs=4)
+    config = AgentConfig(rollout_steps=8, hidden_size=32, num_minibatches=2, proximal_ewma=0.5, replay_rollouts=2)
+    trainer = Trainer(envs, config, device="cuda", seed=0, total_updates=3)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*single contiguous chunk of memory.*")
+        trainer.train()
+    assert trainer.replay.average is not None and next(trainer.replay.average.parameters()).is_cuda
