@@ -24,6 +24,7 @@ import argparse
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from statistics import fmean
 
 from benchmarks import compare_report
 from benchmarks.common import write_or_print
@@ -45,27 +46,24 @@ def paired_returns(candidate: list[dict], reference: list[dict]) -> dict[int, li
 
 
 def op_counts(rows: list[dict]) -> str:
+    """GERMINATE / FOSSILIZE / PRUNE counts over the episodes' timelines."""
     counts = Counter(op for e in rows for _, op, *_ in e["ops"])
     return " / ".join(str(counts[op]) for op in OPS)
-
-
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values)
 
 
 def return_table(reference_name: str, reference: list[dict], candidates: dict[str, list[dict]]) -> list[str]:
     lines = [f"| configuration | episodes | return | − {reference_name}, per learner seed | − {reference_name}, "
              "over episodes (95% CI) | GERMINATE / FOSSILIZE / PRUNE | test accuracy (%) |",
              "|---|---:|---:|---|---:|---|---:|",
-             f"| {reference_name} (reference) | {len(reference)} | {100 * _mean([e['return'] for e in reference]):.2f}"
-             f" | | | {op_counts(reference)} | {100 * _mean([e['test_accuracy'] for e in reference]):.2f} |"]
+             f"| {reference_name} (reference) | {len(reference)} | {100 * fmean([e['return'] for e in reference]):.2f}"
+             f" | | | {op_counts(reference)} | {100 * fmean([e['test_accuracy'] for e in reference]):.2f} |"]
     for name, rows in candidates.items():
         per_seed = paired_returns(rows, reference)
         mean, half = mean_ci95([d for diffs in per_seed.values() for d in diffs])
-        seeds = ", ".join(f"{seed}: {_mean(d):+.2f}" for seed, d in per_seed.items())
-        lines.append(f"| {name} | {len(rows)} | {100 * _mean([e['return'] for e in rows]):.2f} | {seeds} | "
+        seeds = ", ".join(f"{seed}: {fmean(d):+.2f}" for seed, d in per_seed.items())
+        lines.append(f"| {name} | {len(rows)} | {100 * fmean([e['return'] for e in rows]):.2f} | {seeds} | "
                      f"{mean:+.2f} ± {half:.2f} | {op_counts(rows)} | "
-                     f"{100 * _mean([e['test_accuracy'] for e in rows]):.2f} |")
+                     f"{100 * fmean([e['test_accuracy'] for e in rows]):.2f} |")
     return lines
 
 
@@ -78,7 +76,7 @@ def condition_table(arms: dict[str, list[dict]]) -> list[str]:
         cells = []
         for g in grouped.values():
             rows = g.get(condition, [])
-            cells.append(f"{100 * _mean([e['test_accuracy'] for e in rows]):.1f} ({len(rows)})" if rows else "–")
+            cells.append(f"{100 * fmean([e['test_accuracy'] for e in rows]):.1f} ({len(rows)})" if rows else "–")
         lines.append(f"| {condition} | " + " | ".join(cells) + " |")
     return lines
 
