@@ -1,6 +1,6 @@
 """Agent candidates against a reference configuration on the same tuning seeds, read in more detail than
 :mod:`benchmarks.sweep_select`'s one score: return differences paired by reset seed, what each candidate plants,
-keeps and prunes, and each hidden condition's test accuracy.
+keeps and prunes, each hidden condition's test accuracy, and whether each grows more where growth pays.
 
     python -m benchmarks.studies.pilot_paired benchmarks/results/h2h_v2_sweep/Esper-CIFAR10-Fast-v0 \\
         esper_agent-e3 benchmarks/results/replay_pilot/Esper-CIFAR10-Fast-v0 \\
@@ -15,7 +15,9 @@ and the other learners of :data:`benchmarks.compare_agents.LEARNING_ARMS`). Two 
   two sets of trained policies as given, so it says whether *these runs* differ on the evaluation's reset
   seeds, not whether the configurations would on a rerun.
 
-Per condition the episode counts are small (1-6 on two seeds); the table is for spotting a sign, not reading one.
+Per condition the episode counts are small (1-6 on two seeds); those tables are for spotting a sign, not reading
+one. What growth pays per condition is :func:`benchmarks.studies.h2h_diagnosis.pays` over the reference folder's
+growth arms among :data:`~benchmarks.studies.h2h_diagnosis.GROWTH_ARMS` (the section is left out when it has none).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from statistics import fmean
 from benchmarks import compare_report
 from benchmarks.common import write_or_print
 from benchmarks.compare_agents import LEARNING_ARMS
-from benchmarks.studies.h2h_diagnosis import SEEDLING, by_condition, episodes
+from benchmarks.studies.h2h_diagnosis import GROWTH_ARMS, SEEDLING, by_condition, correlation_table, episodes, pays
 from esper_agent.report import mean_ci95
 
 OPS = ("germinate", "fossilize", "prune")
@@ -95,6 +97,14 @@ def report(reference_folder: Path, reference_name: str, candidate_folder: Path) 
     if not candidates:
         raise SystemExit(f"no learner folders in {candidate_folder}")
     seedling = {f"{SEEDLING} (seedling)": episodes(arms[SEEDLING])} if SEEDLING in arms else {}
+    growth_arms = [a for a in GROWTH_ARMS if a in arms]
+    paying = []
+    if seedling and growth_arms:
+        what = pays({a: episodes(arms[a]) for a in (SEEDLING, *growth_arms)}, growth_arms)
+        paying = ["## Does it grow more where growth pays?", "",
+                  "What growth pays: the best mean return of " + ", ".join(growth_arms) + " minus the seedling's, "
+                  "points: " + ", ".join(f"{c} {v:+.2f}" for c, v in sorted(what.items())) + ".", "",
+                  *correlation_table({reference_name: reference, **candidates}, what), ""]
     return "\n".join([
         f"# Candidates against {reference_name} on the tuning seeds (`{candidate_folder.name}`, argmax episodes)",
         "", f"Reference: `{reference_folder}`; candidates: `{candidate_folder}`. Returns in points; the per-seed "
@@ -102,7 +112,7 @@ def report(reference_folder: Path, reference_name: str, candidate_folder: Path) 
         "`benchmarks/studies/pilot_paired.py`).", "",
         *return_table(reference_name, reference, candidates), "",
         "## Test accuracy (%) per hidden condition (episodes)", "",
-        *condition_table({reference_name: reference, **seedling, **candidates}), ""])
+        *condition_table({reference_name: reference, **seedling, **candidates}), "", *paying])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
