@@ -6,7 +6,8 @@ markdown: per condition, the learner's episodes that grew at all, its median fir
 per episode and training FLOPs; the static seedling's mean validation accuracy after each of the first epochs;
 per learning or policy arm, the rank correlation between its mean training FLOPs and what growth pays on each
 condition (the best mean return of the growth arms named, minus the seedling's); and, on one condition, the
-learner's test accuracy minus the seedling's on each shared reset seed. Descriptive numbers, no CIs.
+learner's test accuracy minus the seedling's on each shared reset seed, and its validation curve against the
+seedling's by epoch with the epochs after which it chose FOSSILIZE. Descriptive numbers, no CIs.
 
     python -m benchmarks.studies.h2h_diagnosis benchmarks/results/h2h_v2/Esper-CIFAR10-v0 \\
         --out benchmarks/results/h2h_v2/Esper-CIFAR10-v0/diagnosis.md
@@ -112,6 +113,29 @@ def correlation_table(rows_by_arm: dict[str, list[dict]], paying: dict[str, floa
     return lines
 
 
+def keep_window(learner: list[dict], seedling: list[dict], condition: str) -> list[str]:
+    """On ``condition``, per epoch: the learner's and the seedling's mean validation accuracy over the reset
+    seeds both played, how many of the learner's FOSSILIZEs it chose right after that epoch (an op at step s
+    follows epochs 1..s), and the kept seeds' mean contribution at that moment. It shows whether the harm of
+    keeping shows in the learner's own curve before it keeps."""
+    theirs = {e["env_seed"]: e for e in seedling}
+    mine = [e for e in learner if e["condition"] == condition and e["env_seed"] in theirs]
+    keeps = [step for e in mine for step, op, *_ in e["ops"] if op == "fossilize"]
+    # what the policy saw when it kept: the seed's contribution (pp) after the epoch the keep followed
+    seen = [e["record"]["contribution"][step - 1][slot] for e in mine for step, op, slot, *_ in e["ops"]
+            if op == "fossilize" and step >= 1 and e["record"]["contribution"][step - 1][slot] is not None]
+    lines = ["| epoch | learner (%) | seedling (%) | learner − seedling (pp) | FOSSILIZEs chosen after it |",
+             "|---:|---:|---:|---:|---:|"]
+    for k in range(len(mine[0]["record"]["val_accuracy"]) if mine else 0):
+        ours = 100 * statistics.mean(e["record"]["val_accuracy"][k] for e in mine)
+        seed = 100 * statistics.mean(theirs[e["env_seed"]]["record"]["val_accuracy"][k] for e in mine)
+        lines.append(f"| {k + 1} | {ours:.1f} | {seed:.1f} | {ours - seed:+.1f} | {keeps.count(k + 1)} |")
+    if seen:
+        lines += ["", f"The kept seeds' contribution when kept: {statistics.mean(seen):+.1f} pp on average "
+                  f"({len(seen)} keeps)."]
+    return lines
+
+
 def paired_on(learner: list[dict], seedling: list[dict], condition: str) -> list[float]:
     """Learner minus seedling test accuracy (pp) on each reset seed both played under ``condition``."""
     theirs = {e["env_seed"]: e for e in seedling}
@@ -140,7 +164,9 @@ def report(folder: Path, learner: str, condition: str, epochs: int = 4,
         *correlation_table(movers, paying), "",
         f"## {learner} − seedling on `{condition}`, per shared reset seed (test accuracy, pp)", "",
         f"{len(diffs)} episodes, from {diffs[0]:+.1f} to {diffs[-1]:+.1f}; below the seedling on "
-        f"{sum(d < 0 for d in diffs)}.", ""])
+        f"{sum(d < 0 for d in diffs)}.", "",
+        f"## {learner} and the seedling on `{condition}`: validation accuracy by epoch, and when it keeps", "",
+        *keep_window(rows[learner], rows[SEEDLING], condition), ""])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
