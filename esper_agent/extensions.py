@@ -7,8 +7,8 @@
 - :class:`BestWindow` (``select_best_window``): the policy that collected the best window of rollouts is kept and
   handed out as the trained policy (:mod:`esper_agent.selection`).
 - :class:`Replay` (``replay_rollouts``, ``proximal_ewma``): each PPO update also learns from the rollouts before
-  the new one, re-scored by the proximal policy: the policy at the start of the update, or an average of its
-  recent parameters.
+  the new one, re-scored by the proximal policy: the policy at the start of the update, or a running average of
+  its parameters.
 
 :class:`esper_agent.trainer.Trainer` calls them at named points of its loop (collect -> advantages -> update ->
 log). With an extension off its calls change nothing, so with all four off the loop is plain PPO. Each holds the
@@ -21,6 +21,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -36,6 +38,7 @@ from esper_agent.normalize import ObservationNormalizer
 from esper_agent.policy import LSTMState, RecurrentPolicy
 from esper_agent.ppo import NonFiniteGuard, Reference, TrainBatch, empty_ppo_stats, replay_rows
 from esper_agent.selection import BestPolicy, Snapshot, kept_policy, snapshot
+from esper_env.averaging import WeightAverage
 
 
 class Imitation:
@@ -188,18 +191,19 @@ def _from_plain(entry: dict[str, torch.Tensor], device: torch.device) -> TrainBa
 
 class Replay:
     """The batch each PPO update learns from, and the proximal policy its ratios are clipped around: with
-    ``replay_rollouts`` > 1, the last rollouts' batches too; with ``proximal_ewma`` > 0, an average of the policy's
-    recent parameters as the proximal policy."""
+    ``replay_rollouts`` > 1, the last rollouts' batches too; with ``proximal_ewma`` > 0, a running average of the
+    policy's parameters (:class:`esper_env.averaging.WeightAverage`, the host's weight average) swapped into the
+    policy while it re-scores."""
 
     def __init__(self, config: AgentConfig) -> None:
-        self.size, self.decay = config.replay_rollouts, config.proximal_ewma
+        self.size = config.replay_rollouts
         self.held: list[TrainBatch] = []  # oldest first, as collected (their own log-probs and advantages)
-        self.average: RecurrentPolicy | None = None  # made at the first update when proximal_ewma > 0
+        self.average = WeightAverage(config.proximal_ewma) if config.proximal_ewma > 0 else None
         self.weight_mean = math.nan
 
     @property
     def on(self) -> bool:
-        return self.size > 1 or self.decay > 0
+        return self.size > 1 or self.average is not None
 
     def batch(self, policy: RecurrentPolicy, new: TrainBatch, config: AgentConfig
               ) -> tuple[TrainBatch, AgentConfig]:
@@ -212,25 +216,29 @@ class Replay:
         old = self.held[-(self.size - 1):] if self.size > 1 else []
         if self.size > 1:
             self.held = [*old, TrainBatch(concat_rollouts([new.rollout]), new.advantages.clone(), new.returns.clone())]
-        proximal = self._moved_average(policy) if self.decay > 0 else policy
-        to_score = [*old, new] if self.decay > 0 else old  # new was collected by policy: its ratio starts at 1
-        scored = [rescored(proximal, b) for b in to_score]
+        to_score = old if self.average is None else [*old, new]  # new was collected by policy: its ratio starts at 1
+        with self._proximal(policy):
+            scored = [rescored(policy, b) for b in to_score]
         weights = [w[b.rollout.valid] for (_, w), b in zip(scored, to_score, strict=True)]
         self.weight_mean = float(torch.cat(weights).mean()) if weights else math.nan  # sync: once per update
-        parts = [b for b, _ in scored] + ([] if self.decay > 0 else [new])
+        parts = [b for b, _ in scored] + ([new] if self.average is None else [])
         batch = TrainBatch(concat_rollouts([p.rollout for p in parts]), torch.cat([p.advantages for p in parts]),
                            torch.cat([p.returns for p in parts]))
         return batch, dataclasses.replace(config, num_minibatches=config.num_minibatches * len(parts))
 
-    def _moved_average(self, policy: RecurrentPolicy) -> RecurrentPolicy:
-        """The average after this update's step towards ``policy`` (a copy of it at the first update)."""
+    @contextmanager
+    def _proximal(self, policy: RecurrentPolicy) -> Iterator[None]:
+        """Within the block ``policy`` is the proximal policy: itself, or its average after this update's step
+        towards it (the average starts at the policy at the first update)."""
         if self.average is None:
-            self.average = frozen_copy(policy)
+            yield
+            return
+        if self.average.params:
+            self.average.update()
         else:
-            with torch.no_grad():
-                for mean, current in zip(self.average.parameters(), policy.parameters(), strict=True):
-                    mean.mul_(self.decay).add_(current, alpha=1.0 - self.decay)
-        return self.average
+            self.average.track(list(policy.parameters()))
+        with self.average.swapped_in():
+            yield
 
     def metrics(self) -> dict[str, float]:
         """How many rollouts the last update learned from, and the mean importance weight over the valid steps
@@ -242,20 +250,23 @@ class Replay:
     def state_dict(self) -> dict[str, Any] | None:
         if not self.on:
             return None
-        average = None if self.average is None else {k: v.detach().cpu() for k, v in self.average.state_dict().items()}
+        tracking = self.average is not None and self.average.params
+        average = [t.detach().cpu() for t in self.average.average] if tracking else None
         return {"held": [_plain(b) for b in self.held], "average": average}
 
     def load_state_dict(self, state: dict[str, Any] | None, policy: RecurrentPolicy) -> None:
-        """Restore what :meth:`state_dict` saved, onto ``policy``'s device; ``policy`` (already restored) gives
-        the average its shape."""
+        """Restore what :meth:`state_dict` saved, onto ``policy``'s device; the average tracks ``policy``'s
+        parameters (already restored) again."""
         if not self.on or state is None:
             return
         if self.size > 1:
             device = next(policy.parameters()).device
             self.held = [_from_plain(entry, device) for entry in state["held"][-self.size:]]
-        if self.decay > 0 and state["average"] is not None:
-            self.average = frozen_copy(policy)
-            self.average.load_state_dict(state["average"])
+        if self.average is not None and state["average"] is not None:
+            self.average.track(list(policy.parameters()))
+            with torch.no_grad():
+                for mean, saved in zip(self.average.average, state["average"], strict=True):
+                    mean.copy_(saved)
 
 
 __all__ = ["BestWindow", "Imitation", "Replay", "ReferenceKL", "frozen_copy"]

@@ -55,13 +55,16 @@ def test_esper_synthetic_on_cuda(tmp_path: Path) -> None:
     assert rows[-1]["update"] == 2
 
 
-def test_frozen_copies_keep_the_lstm_in_one_chunk_on_cuda() -> None:
-    # The EWMA average and the reference policy are deep copies; unflattened, cuDNN warns and compacts their LSTM
-    # weights on every call (the twenty-seventh session's task logs).
+def test_frozen_copies_and_the_swapped_in_average_keep_the_lstm_in_one_chunk_on_cuda() -> None:
+    # The reference policy is a deep copy; unflattened, cuDNN warns and compacts its LSTM weights on every call
+    # (as a deep-copied average did in the twenty-seventh session's task logs). The average is swapped into the
+    # policy's own storage, which stays in one chunk.
     envs = gym.make_vec(toy_env.ENV_ID, num_envs=4)
-    config = AgentConfig(rollout_steps=8, hidden_size=32, num_minibatches=2, proximal_ewma=0.5, replay_rollouts=2)
+    config = AgentConfig(rollout_steps=8, hidden_size=32, num_minibatches=2, proximal_ewma=0.5, replay_rollouts=2,
+                         reference_kl_coef=0.1)
     trainer = Trainer(envs, config, device="cuda", seed=0, total_updates=3)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*single contiguous chunk of memory.*")
         trainer.train()
-    assert trainer.replay.average is not None and next(trainer.replay.average.parameters()).is_cuda
+    assert trainer.reference_kl.policy is not None and next(trainer.reference_kl.policy.parameters()).is_cuda
+    assert trainer.replay.average is not None and trainer.replay.average.average[0].is_cuda

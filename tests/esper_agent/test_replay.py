@@ -102,13 +102,27 @@ def test_the_average_starts_as_a_copy_of_the_policy_and_moves_towards_it_by_the_
     seen = recording_updates(monkeypatch)
     trainer = toy_env.make_toy_trainer(proximal_ewma=0.25)
     trainer.update()
+    names = [name for name, _ in trainer.policy.named_parameters()]
     average = trainer.replay.average
-    assert average is not None and not any(p.requires_grad for p in average.parameters())
-    for name, value in average.state_dict().items():
+    assert average is not None and len(average.average) == len(names)
+    for name, value in zip(names, average.average, strict=True):
         assert torch.equal(value, seen[0][2][name]), name  # the policy at the start of update 1
     trainer.update()
-    for name, value in average.named_parameters():
+    for name, value in zip(names, average.average, strict=True):
         torch.testing.assert_close(value, 0.25 * seen[0][2][name] + 0.75 * seen[1][2][name])
+
+
+def test_the_policy_holds_the_average_only_while_it_rescores() -> None:
+    trainer = toy_env.make_toy_trainer(proximal_ewma=0.5)
+    for _ in range(2):
+        trainer.update()
+    before = {name: value.clone() for name, value in trainer.policy.named_parameters()}
+    with trainer.replay._proximal(trainer.policy):
+        inside = {name: value.clone() for name, value in trainer.policy.named_parameters()}
+    average = trainer.replay.average.average
+    assert all(torch.equal(inside[name], mean) for name, mean in zip(before, average, strict=True))
+    assert any(not torch.equal(inside[name], before[name]) for name in before)
+    assert all(torch.equal(value, before[name]) for name, value in trainer.policy.named_parameters())
 
 
 def test_with_the_average_every_rollout_is_rescored_by_it(monkeypatch) -> None:
@@ -122,8 +136,8 @@ def test_with_the_average_every_rollout_is_rescored_by_it(monkeypatch) -> None:
     for i, raw in enumerate(trainer.replay.held):  # update 2's rollout, then update 3's: as collected
         rows = slice(i * n, (i + 1) * n)
         assert torch.equal(batch.rollout.obs[rows], raw.rollout.obs)
-        with torch.no_grad():
-            _, valid, ev = replay_rows(trainer.replay.average, batch.rollout, torch.arange(i * n, (i + 1) * n))
+        with torch.no_grad(), trainer.replay.average.swapped_in():
+            _, valid, ev = replay_rows(trainer.policy, batch.rollout, torch.arange(i * n, (i + 1) * n))
         torch.testing.assert_close(batch.rollout.log_probs[rows][valid], ev.log_prob[valid])
         expected = raw.advantages * (ev.log_prob - raw.rollout.log_probs).exp().clamp(max=1.0)
         torch.testing.assert_close(batch.advantages[rows][valid], expected[valid])
