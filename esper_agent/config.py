@@ -65,6 +65,16 @@ class AgentConfig:
     prune_prior: float = 0.0
     """Initial bias subtracted from PRUNE's logit in the op head (nats, >= 0): 2 (with wait_prior 0) makes PRUNE
     about e^2 times less likely than each other op, so a planted seed usually lives long enough to be judged."""
+    defer_keep: bool = False
+    """Let the policy FOSSILIZE a seed only at its keep deadline, the last step before the holding timeout would
+    prune it (the env's ``info["holding_steps_left"]`` is 1). Until then a HOLDING seed trains on at full
+    strength and the choices are WAIT and PRUNE; at the deadline, FOSSILIZE or let it go. A keep cannot be undone,
+    and on the growth task the harm of capacity where it costs (``pool5k-noise40``) shows only after the keeps
+    esper_agent-e3 makes: its validation curve turns after epoch 6, and it kept after epochs 3 to 8, most after 4
+    and 5 (docs/experiments/2026-12-06-replay.md, section 7). Deferring lets the policy see the turn before it
+    commits, at the price of a slot that stays busy longer (a family slot grows again only after its seed
+    joins). A prior in the masks, as ``wait_prior`` is one in the logits. Needs an env that reports
+    ``holding_steps_left`` (Esper's do); not with ``imitation_updates`` (the heuristic keeps earlier)."""
 
     # --- PPO update -------------------------------------------------------------------------------------
     update_epochs: int = 4
@@ -253,6 +263,8 @@ def _validate(cfg: AgentConfig) -> None:
     _require(cfg, "anomaly_ratio_min", cfg.anomaly_ratio_min < 1.0 < cfg.anomaly_ratio_max,
              "anomaly_ratio_min < 1 < anomaly_ratio_max")
     _require(cfg, "proximal_ewma", 0.0 <= cfg.proximal_ewma < 1.0, "a float in [0, 1)")
+    _require(cfg, "defer_keep", not (cfg.defer_keep and cfg.imitation_updates),
+             "False while imitation_updates > 0 (the heuristic it imitates keeps before the deadline)")
     _require(cfg, "reference_kl_updates", cfg.reference_kl_updates == 0 or cfg.reference_kl_coef > 0,
              "0 while reference_kl_coef is 0 (there is no KL term to decay)")
 

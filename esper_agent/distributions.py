@@ -21,7 +21,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from esper_env.spaces import Head
+from esper_env.spaces import Head, Op
 
 MASK_FILL = -1e9
 """Logit given to masked values: finite, and far enough below any real logit that exp() underflows to 0."""
@@ -81,6 +81,20 @@ class ActionMasks(NamedTuple):
     flat: Tensor  # (B, sum(head_sizes)) bool: op mask, then each other head's marginal mask
     blueprint: Tensor | None = None  # (B, num_slots, num_blueprints) bool: what GERMINATE may plant where; None = all
     blend: Tensor | None = None  # (B, num_slots, num_blueprints, num_blends) bool: the blends of each; None = all
+    # (B, num_slots) bool: the slot's HOLDING seed may be kept now or never (info["holding_steps_left"] == 1);
+    # None = the env does not say. Not a mask of the env's: AgentConfig.defer_keep narrows FOSSILIZE to it.
+    keep_deadline: Tensor | None = None
+
+
+def defer_keep(masks: ActionMasks) -> ActionMasks:
+    """``masks`` with FOSSILIZE allowed only at each seed's keep deadline (``AgentConfig.defer_keep``). WAIT stays
+    valid, so every row keeps a valid op."""
+    if masks.keep_deadline is None:
+        raise ValueError("defer_keep needs each slot's keep deadline, info['holding_steps_left'], which this env "
+                         "does not report; expected an Esper env (or defer_keep=False)")
+    op_slot = masks.op_slot.clone()
+    op_slot[:, Op.FOSSILIZE] &= masks.keep_deadline
+    return masks._replace(op_slot=op_slot)
 
 
 class FactoredSample(NamedTuple):
@@ -251,6 +265,7 @@ __all__ = [
     "PLACEHOLDER",
     "MaskedCategorical",
     "ActionMasks",
+    "defer_keep",
     "FactoredSample",
     "FactoredEvaluation",
     "check_mask",

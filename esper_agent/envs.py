@@ -146,7 +146,10 @@ class VectorEnvDriver:
         op_slot[done], flat[done] = reset_masks.op_slot[done], reset_masks.flat[done]
         blueprint = self._splice("blueprint_mask", masks.blueprint, reset_masks.blueprint, done)
         blend = self._splice("blend_mask", masks.blend, reset_masks.blend, done)
-        return obs, ActionMasks(op_slot, flat, blueprint, blend)
+        deadline = None
+        if masks.keep_deadline is not None and reset_masks.keep_deadline is not None:
+            deadline = np.where(done[:, None], reset_masks.keep_deadline, masks.keep_deadline)
+        return obs, ActionMasks(op_slot, flat, blueprint, blend, deadline)
 
     def _splice(self, key: str, now: np.ndarray | None, reset: np.ndarray | None, done: np.ndarray
                 ) -> np.ndarray | None:
@@ -183,7 +186,7 @@ class VectorEnvDriver:
         if op_slot.shape != (n, len(Op), self.num_slots):
             raise ValueError(f"info['op_slot_mask'] has shape {op_slot.shape}; expected {(n, len(Op), self.num_slots)}")
         masks = ActionMasks(op_slot, flat, self._planting_from_info(info, "blueprint_mask"),
-                            self._planting_from_info(info, "blend_mask"))
+                            self._planting_from_info(info, "blend_mask"), self._keep_deadline_from_info(info))
         self.validate(masks, np.ones(n, bool) if rows is None else rows)
         return masks
 
@@ -198,6 +201,18 @@ class VectorEnvDriver:
         if mask.shape != expected:
             raise ValueError(f"info['{key}'] has shape {mask.shape}; expected {expected}")
         return mask
+
+    def _keep_deadline_from_info(self, info: dict[str, Any]) -> np.ndarray | None:
+        """Where ``info["holding_steps_left"]`` is 1 (a HOLDING seed's last step to be kept), or None when the env
+        does not report it."""
+        raw = info.get("holding_steps_left")
+        if raw is None:
+            return None
+        left = np.asarray(raw)
+        if left.shape != (self.num_envs, self.num_slots):
+            raise ValueError(f"info['holding_steps_left'] has shape {left.shape}; expected "
+                             f"{(self.num_envs, self.num_slots)}")
+        return left == 1
 
     def validate(self, masks: ActionMasks, rows: np.ndarray) -> None:
         """Raise unless every sub-env in ``rows`` has a valid op and non-empty masks for the heads it reads."""

@@ -30,6 +30,7 @@ from esper_agent.config import AgentConfig
 from esper_agent.distributions import (
     ActionMasks,
     FactoredEvaluation,
+    defer_keep,
     evaluate_factored,
     sample_factored,
 )
@@ -65,13 +66,14 @@ class RecurrentPolicy(nn.Module):
     """Factored recurrent actor-critic for ``MultiDiscrete(spaces.head_sizes(num_slots))`` actions."""
 
     def __init__(self, obs_dim: int, num_slots: int, hidden_size: int, wait_prior: float = 0.0,
-                 prune_prior: float = 0.0, slot_conditioned: bool = False, lstm_skip: bool = False) -> None:
+                 prune_prior: float = 0.0, slot_conditioned: bool = False, lstm_skip: bool = False,
+                 defer_keep: bool = False) -> None:
         super().__init__()
         if obs_dim < 1 or num_slots < 1:
             raise ValueError(f"obs_dim={obs_dim} and num_slots={num_slots} must both be >= 1")
         self.obs_dim, self.num_slots, self.hidden_size = obs_dim, num_slots, hidden_size
         self.head_sizes = spaces.head_sizes(num_slots)
-        self.slot_conditioned, self.lstm_skip = slot_conditioned, lstm_skip
+        self.slot_conditioned, self.lstm_skip, self.defer_keep = slot_conditioned, lstm_skip, defer_keep
         self.encoder = nn.Sequential(nn.Linear(obs_dim, hidden_size), nn.LayerNorm(hidden_size), nn.ReLU())
         self.lstm = nn.LSTM(hidden_size, hidden_size, num_layers=1)
         self.core_norm = nn.LayerNorm(hidden_size)
@@ -86,7 +88,7 @@ class RecurrentPolicy(nn.Module):
         """The network an :class:`AgentConfig` describes: the one place that reads the config's network fields,
         so that training, resuming and evaluating a checkpoint build the same shapes."""
         return cls(obs_dim, num_slots, config.hidden_size, config.wait_prior, config.prune_prior,
-                   config.slot_conditioned_heads, config.lstm_skip)
+                   config.slot_conditioned_heads, config.lstm_skip, config.defer_keep)
 
     def _init_weights(self, wait_prior: float, prune_prior: float) -> None:
         # Orthogonal init (Huang et al. 2022, "37 implementation details of PPO"): sqrt(2) for hidden layers,
@@ -188,8 +190,12 @@ class RecurrentPolicy(nn.Module):
         given: Tensor | None = None,
     ) -> ActOutput:
         """One rollout step for a batch of sub-envs: sample (or argmax) a factored action and V(s); with ``given``
-        (B, num_heads), a teacher's actions, score those instead (see ``sample_factored``)."""
+        (B, num_heads), a teacher's actions, score those instead (see ``sample_factored``). With ``defer_keep``
+        FOSSILIZE is allowed only at each seed's keep deadline; the returned ``used_mask`` says so, and the
+        update rebuilds the same distributions from it."""
         core, state = self.core_step(obs, state, episode_start)
+        if self.defer_keep:
+            masks = defer_keep(masks)
         sample = sample_factored(self.head_logits(core), masks, self.relevance, generator, deterministic, given)
         return ActOutput(sample.action, sample.used_mask, sample.log_prob, self.value(core), state)
 

@@ -163,7 +163,10 @@ class EsperEnv(gym.Env):
     ``nondeterministic`` is True for both: ``esper_env.env_spec`` says why.
 
     ## Info
-    After every reset: ``action_mask``, ``op_slot_mask``, ``blueprint_mask``, ``blend_mask``, ``reset``. After
+    After every reset: ``action_mask``, ``op_slot_mask``, ``blueprint_mask``, ``blend_mask``,
+    ``holding_steps_left`` (per slot: for a HOLDING seed, at how many more steps, this one included, FOSSILIZE may
+    still keep it before the holding timeout prunes it, ``max_holding_epochs`` minus its epochs held, so 1 means
+    now or never; 0 elsewhere), ``reset``. After
     every step, the same and ``invalid_action``, ``executed_op``, ``executed_slot`` (-1 for WAIT), ``epoch``,
     ``val_accuracy``, ``val_loss``, ``train_accuracy``, ``train_loss``, ``host_only_accuracy``,
     ``seed_params``, ``images_trained``, per slot ``stage``, ``alpha``, ``blueprint``, ``contribution`` (pp,

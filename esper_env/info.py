@@ -2,9 +2,9 @@
 
 Gymnasium's vector convention: every key ``k`` holds an array of length ``num_envs`` and ``info["_k"]`` a bool
 array marking the sub-envs for which it is set. The masks (``action_mask``, ``op_slot_mask``,
-``blueprint_mask``, ``blend_mask``) are set for every sub-env after every reset and step; the step keys are set
-for the sub-envs that trained this step (not for sub-envs that were reset instead under the NEXT_STEP autoreset
-mode).
+``blueprint_mask``, ``blend_mask``) and ``holding_steps_left`` are set for every sub-env after every reset and
+step; the step keys are set for the sub-envs that trained this step (not for sub-envs that were reset instead
+under the NEXT_STEP autoreset mode).
 """
 
 from __future__ import annotations
@@ -42,22 +42,25 @@ class StepRecord:
 
 
 def reset_info(op_slot: np.ndarray, blueprints: np.ndarray, blends: np.ndarray, flat_masks: np.ndarray,
-               reset: np.ndarray) -> dict[str, np.ndarray]:
+               holding_left: np.ndarray, reset: np.ndarray) -> dict[str, np.ndarray]:
+    """The keys set after every reset and step: the masks, ``holding_steps_left`` (``holding_left``, per slot:
+    ``lifecycle.holding_steps_left``) and ``reset``."""
     everyone = np.ones(op_slot.shape[0], dtype=bool)
     return {"action_mask": flat_masks, "_action_mask": everyone, "op_slot_mask": op_slot.copy(),
             "_op_slot_mask": everyone, "blueprint_mask": blueprints.copy(), "_blueprint_mask": everyone,
-            "blend_mask": blends.copy(), "_blend_mask": everyone, "reset": reset.copy(), "_reset": everyone}
+            "blend_mask": blends.copy(), "_blend_mask": everyone, "holding_steps_left": holding_left.copy(),
+            "_holding_steps_left": everyone, "reset": reset.copy(), "_reset": everyone}
 
 
-def build_step_info(records: dict[int, StepRecord], episodes: list[Episode], op_slot: np.ndarray,
-                    blueprints: np.ndarray, blends: np.ndarray, flat_masks: np.ndarray,
+def build_step_info(records: dict[int, StepRecord], episodes: list[Episode], mask_info: dict[str, np.ndarray],
                     seed_params: list[float], conditions: list[str]) -> dict[str, np.ndarray]:
-    """The info of a step; ``conditions`` names each sub-env's hidden training condition (info only: screens
-    group by it, the observation never shows it)."""
-    n, num_slots = op_slot.shape[0], op_slot.shape[2]
+    """The info of a step: ``mask_info`` (a :func:`reset_info` whose ``reset`` marks the sub-envs without a
+    record) and the step keys of the sub-envs in ``records``; ``conditions`` names each sub-env's hidden training
+    condition (info only: screens group by it, the observation never shows it)."""
+    n, num_slots = mask_info["op_slot_mask"].shape[0], mask_info["op_slot_mask"].shape[2]
     stepped = np.zeros(n, dtype=bool)
     stepped[list(records)] = True
-    info = reset_info(op_slot, blueprints, blends, flat_masks, ~stepped)
+    info = dict(mask_info)
     columns: dict[str, list] = {key: [] for key in _PER_ENV}
     for i in range(n):
         row = _row(records.get(i), episodes[i], seed_params[i], num_slots)

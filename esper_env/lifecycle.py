@@ -296,6 +296,13 @@ def record_epoch(
                                grad_ratio=grad_ratio)
 
 
+def holding_steps_left(state: SlotState, cfg: EnvConfig) -> int:
+    """For a seed that FOSSILIZE may keep (HOLDING), at how many more steps, this one included, it may still be
+    kept before :func:`tick`'s holding timeout prunes it (1: now or never); 0 for any other slot. The timer only:
+    FOSSILIZE also needs the contribution :func:`may_fossilize` asks for."""
+    return max(cfg.max_holding_epochs - state.epochs_in_stage, 0) if state.stage in FOSSILIZABLE else 0
+
+
 def tick(state: SlotState, cfg: EnvConfig) -> tuple[SlotState, str | None]:
     """Advance one epoch of timers. Returns the new state and an event name (``"holding_timeout"``) or None."""
     aged = dataclasses.replace(
@@ -319,7 +326,8 @@ __all__ = [
     "Stage", "TRANSITIONS", "SlotState", "EMPTY", "ForwardMode", "forward_mode", "BLEND_CURVES", "TEMPOS",
     "SEEDED", "LIVE", "TERMINAL", "COOLDOWN", "GERMINABLE", "PRUNABLE", "FOSSILIZABLE", "INCUBATING",
     "FULLY_BLENDED", "ADVANCE_TARGET", "GROWTH_PATH", "BLEND_STAGE", "sources_of", "reachable_from",
-    "may_germinate", "may_advance", "may_prune", "may_fossilize", "germinate", "advance", "prune", "fossilize",
+    "may_germinate", "may_advance", "may_prune", "may_fossilize", "holding_steps_left", "germinate", "advance",
+    "prune", "fossilize",
     "JOINING", "release", "blends_at_birth", "slot_mode",
     "record_epoch", "tick", "blend_curve",
 ]

@@ -36,7 +36,7 @@ from esper_env.episode import (
 from esper_env.growth import GrowthLedger, growth_info
 from esper_env.host import host_param_count, slot_controls
 from esper_env.info import StepRecord, build_step_info, only_rows, reset_info, split_vector_info
-from esper_env.lifecycle import BLEND_CURVES, ForwardMode, slot_mode
+from esper_env.lifecycle import BLEND_CURVES, ForwardMode, holding_steps_left, slot_mode
 from esper_env.observation import observe
 from esper_env.render import RENDER_METADATA, Renderer
 from esper_env.rewards import RewardInputs, potential, step_reward
@@ -99,6 +99,7 @@ class EsperVectorEnv(VectorEnv):
         self._op_slot = np.zeros((num_envs, len(spaces.Op), cfg.num_slots), dtype=bool)
         self._blueprint_mask = np.ones((num_envs, cfg.num_slots, len(spaces.BLUEPRINT_NAMES)), dtype=bool)
         self._blend_mask = np.ones((*self._blueprint_mask.shape, len(BLEND_CURVES)), dtype=bool)
+        self._holding_left = np.zeros((num_envs, cfg.num_slots), dtype=np.int64)
         # seconds in "step", its "engine" part (of which "capture": graph captures), "changes" (seeds planted etc.)
         self.timings: Counter[str] = Counter()
 
@@ -329,8 +330,9 @@ class EsperVectorEnv(VectorEnv):
     # --- helpers ----------------------------------------------------------------------------------------
     def _step_info(self, records: dict[int, StepRecord]) -> dict[str, Any]:
         """The info of a step in which the sub-envs of ``records`` stepped (the others count as just reset)."""
-        info = build_step_info(records, self._episodes, self._op_slot, self._blueprint_mask, self._blend_mask,
-                               self.action_masks(), [self._seed_params(i) for i in range(self.num_envs)],
+        reset = np.array([i not in records for i in range(self.num_envs)])
+        info = build_step_info(records, self._episodes, self._mask_info(reset),
+                               [self._seed_params(i) for i in range(self.num_envs)],
                                [t.episode_data.condition.name for t in self._engine.trainers])
         if self._growth:
             info.update(growth_info(self._growth, [self._params(i) for i in range(self.num_envs)]))
@@ -379,10 +381,12 @@ class EsperVectorEnv(VectorEnv):
             self._blend_mask[i] &= self._growth[i].blend_mask(self._engine.trainers[i].model)
         self._blueprint_mask[i] = self._blend_mask[i].any(axis=-1)  # masks.blueprint_mask, without recomputing
         self._op_slot[i] = masks.op_slot_mask(ep.slots, self.config, self._blueprint_mask[i])
+        self._holding_left[i] = [holding_steps_left(s, self.config) for s in ep.slots]
 
     def _mask_info(self, reset: np.ndarray) -> dict[str, np.ndarray]:
         """The masks of every sub-env as info keys, and ``reset`` (which sub-envs were just reset)."""
-        return reset_info(self._op_slot, self._blueprint_mask, self._blend_mask, self.action_masks(), reset)
+        return reset_info(self._op_slot, self._blueprint_mask, self._blend_mask, self.action_masks(),
+                          self._holding_left, reset)
 
     def close_extras(self, **kwargs: Any) -> None:
         engine, self._engine = self._engine, None  # dropped even if closing it raises (a broken CUDA context)

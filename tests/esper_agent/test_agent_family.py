@@ -8,10 +8,16 @@ import math
 
 import gymnasium as gym
 import numpy as np
+import pytest
+import torch
 from agent_fixtures import one_torch_thread  # noqa: F401  (autouse: one torch thread per test)
 
 import esper_env  # noqa: F401  (registers the ids)
+from esper_agent.collect import masks_to_device
 from esper_agent.config import AgentConfig
+from esper_agent.distributions import ActionMasks
+from esper_agent.envs import VectorEnvDriver
+from esper_agent.policy import RecurrentPolicy
 from esper_agent.trainer import Trainer
 from esper_env.blueprints import FAMILY_BLUEPRINTS
 from esper_env.lifecycle import BLEND_CURVES
@@ -63,3 +69,40 @@ def test_imitation_then_ppo_updates_run_on_the_family_host() -> None:
     for key in ("loss/policy", "loss/value", "ppo/kl"):
         assert math.isfinite(rows[1][key]), key
     assert np.isfinite(rows[1]["episode/return_mean"])
+
+
+def _keeps(defer_keep: bool) -> list[int]:
+    """The ``holding_steps_left`` of every slot the argmax policy fossilized, over two 10-epoch episodes of a
+    policy whose op head prefers FOSSILIZE, then GERMINATE, then WAIT."""
+    driver = VectorEnvDriver(_family(max_epochs=10, max_holding_epochs=3))
+    torch.manual_seed(0)
+    policy = RecurrentPolicy(driver.obs_dim, driver.num_slots, 32, defer_keep=defer_keep)
+    with torch.no_grad():
+        policy.heads[Head.OP][-1].bias[[Op.FOSSILIZE, Op.GERMINATE]] = torch.tensor([6.0, 3.0])
+    obs, masks = driver.reset(0)
+    state, starts, kept = policy.initial_state(2), np.ones(2, bool), []
+    for _ in range(10):
+        out = policy.step(torch.as_tensor(obs), masks_to_device(masks, torch.device("cpu")), state,
+                          torch.as_tensor(starts), deterministic=True)
+        action = out.action.numpy()
+        deadline = np.asarray(masks.keep_deadline)
+        for i in np.flatnonzero(action[:, Head.OP] == Op.FOSSILIZE):
+            kept.append(bool(deadline[i, action[i, Head.SLOT]]))
+        step = driver.step(action)
+        obs, masks, state, starts = step.obs, step.masks, out.state, step.episode_start
+    return kept
+
+
+def test_defer_keep_fossilizes_only_at_the_keep_deadline() -> None:
+    deferred, eager = _keeps(True), _keeps(False)
+    assert deferred and all(deferred)  # it kept, and only on a seed's last step
+    assert eager and not any(eager)  # without it the same policy keeps at the first chance, before the deadline
+
+
+def test_defer_keep_needs_the_env_to_report_the_deadline() -> None:
+    policy = RecurrentPolicy(4, 3, 32, defer_keep=True)
+    masks = ActionMasks(torch.ones(1, len(Op), 3, dtype=torch.bool), torch.ones(1, 21, dtype=torch.bool))
+    with pytest.raises(ValueError, match="holding_steps_left"):
+        policy.step(torch.zeros(1, 4), masks, policy.initial_state(1), torch.ones(1, dtype=torch.bool))
+    with pytest.raises(ValueError, match="defer_keep"):
+        AgentConfig(defer_keep=True, imitation_updates=1)

@@ -169,3 +169,25 @@ def test_a_join_draws_its_weights_from_the_episode_not_the_global_stream() -> No
         return [p.detach().clone() for p in model.parameters()]
 
     assert all(torch.equal(a, b) for a, b in zip(run(False), run(True), strict=True))
+
+
+def test_holding_steps_left_reports_the_keep_deadline() -> None:
+    """info["holding_steps_left"] counts a holding seed's steps to the timeout: after a step at which it is 1, a
+    WAIT lets the timeout prune the seed; it is 0 wherever nothing holds, after a reset too."""
+    env = _env(max_epochs=10, max_holding_epochs=3)
+    _, info = env.reset(seed=0)
+    assert info["holding_steps_left"].shape == (2, 3) and not info["holding_steps_left"].any()
+    seen = []
+    for _ in range(10):
+        left = info["holding_steps_left"].copy()
+        action = np.zeros((2, len(Head)), np.int64)
+        if info["op_slot_mask"][0, Op.GERMINATE, 2] and info["blueprint_mask"][0, 2, FAMILY["deepen"]]:
+            action[0, [Head.OP, Head.SLOT, Head.BLUEPRINT]] = Op.GERMINATE, 2, FAMILY["deepen"]
+        _, _, _, _, info = env.step(action)
+        now = info["holding_steps_left"]
+        holding = info["stage"] == Stage.HOLDING
+        assert ((now > 0) == holding).all()
+        assert (now[left > 1] == left[left > 1] - 1).all()  # one step less while it still holds
+        assert (info["holding_timeout"][left == 1]).all() and (info["holding_timeout"] == (left == 1)).all()
+        seen.extend(left[0].tolist())
+    assert {3, 2, 1} <= set(seen)  # the seed held its whole time and then timed out

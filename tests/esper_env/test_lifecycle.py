@@ -100,6 +100,18 @@ def test_holding_timeout_reports_an_event():
     assert state.stage == S.PRUNED and event == "holding_timeout"
 
 
+def test_holding_steps_left_counts_down_to_the_timeout():
+    state = dataclasses.replace(L.EMPTY, stage=S.HOLDING, blueprint=0, blend=0, tempo=3, alpha=1.0, age=10)
+    left = []
+    while state.stage == S.HOLDING:
+        left.append(L.holding_steps_left(state, CFG))
+        state, event = L.tick(state, CFG)
+    assert left == list(range(CFG.max_holding_epochs, 0, -1))  # 1: the tick after it prunes
+    assert event == "holding_timeout"
+    for stage in (S.DORMANT, S.TRAINING, S.BLENDING, S.FOSSILIZED, S.PRUNED):
+        assert L.holding_steps_left(dataclasses.replace(state, stage=stage, epochs_in_stage=0), CFG) == 0
+
+
 def test_manual_advance_gates():
     cfg = dataclasses.replace(CFG, auto_advance=False)
     state = L.germinate(L.EMPTY, 0, 0, 0)
