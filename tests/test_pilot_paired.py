@@ -30,6 +30,14 @@ def test_op_counts_reads_every_episodes_timeline() -> None:
     assert pilot_paired.op_counts(rows) == "2 / 1 / 1"
 
 
+def test_fates_follow_each_seed_to_its_end() -> None:
+    ops = [[0, "germinate", 1, "deepen"], [1, "germinate", 2, "widen_s"], [4, "fossilize", 1, None],
+           [6, "germinate", 1, "deepen"],  # slot 1 grows again after its keep
+           [9, "germinate", 2, "widen_l"],  # slot 2 free again without a keep or prune: the timeout took it
+           [12, "prune", 1, None], [13, "prune", 0, None]]  # nothing was planted in slot 0
+    assert pilot_paired.fates(ops) == {"kept": 1, "pruned": 1, "let go": 2}  # the second slot-2 seed: live at the end
+
+
 @COMMITTED
 def test_the_committed_read_is_what_the_study_computes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(RESULTS.parents[1])  # the report names its folders as given: relative to the repo root

@@ -1,6 +1,7 @@
 """Agent candidates against a reference configuration on the same tuning seeds, read in more detail than
 :mod:`benchmarks.sweep_select`'s one score: return differences paired by reset seed, what each candidate plants,
-keeps and prunes, each hidden condition's test accuracy, and whether each grows more where growth pays.
+keeps and prunes, each hidden condition's test accuracy and what became of the seeds planted there, and whether
+each grows more where growth pays.
 
     python -m benchmarks.studies.pilot_paired benchmarks/results/h2h_v2_sweep/Esper-CIFAR10-Fast-v0 \\
         esper_agent-e3 benchmarks/results/replay_pilot/Esper-CIFAR10-Fast-v0 \\
@@ -83,6 +84,38 @@ def condition_table(arms: dict[str, list[dict]]) -> list[str]:
     return lines
 
 
+def fates(ops: list) -> Counter:
+    """What became of each seed an episode planted: ``kept`` (FOSSILIZE), ``pruned`` (PRUNE) or ``let go`` (neither:
+    the holding timeout pruned it, or it was still live at the end; the timelines record no timeout)."""
+    open_slots: set[int] = set()
+    out: Counter = Counter()
+    for _, op, slot, *_ in ops:
+        if op == "germinate":
+            out["let go"] += slot in open_slots  # the slot was free again: the timeout took the seed before
+            open_slots.add(slot)
+        elif op in ("fossilize", "prune") and slot in open_slots:
+            out["kept" if op == "fossilize" else "pruned"] += 1
+            open_slots.discard(slot)
+    out["let go"] += len(open_slots)
+    return out
+
+
+def fate_table(arms: dict[str, list[dict]]) -> list[str]:
+    """Per condition and arm, the seeds kept / pruned / let go per episode."""
+    grouped = {name: by_condition(rows) for name, rows in arms.items()}
+    conditions = sorted({c for g in grouped.values() for c in g})
+    lines = ["| condition | " + " | ".join(arms) + " |", "|---|" + "---:|" * len(arms)]
+    for condition in conditions:
+        cells = []
+        for g in grouped.values():
+            rows = g.get(condition, [])
+            total = sum((fates(e["ops"]) for e in rows), Counter())
+            cells.append(" / ".join(f"{total[k] / len(rows):.1f}" for k in ("kept", "pruned", "let go"))
+                         if rows else "–")
+        lines.append(f"| {condition} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def candidates_in(folder: Path) -> dict[str, list[dict]]:
     arms = compare_report.load_slices(folder)
     return {name: episodes(slices) for name, slices in arms.items() if compare_report.arm_of(name) in LEARNING_ARMS}
@@ -112,7 +145,10 @@ def report(reference_folder: Path, reference_name: str, candidate_folder: Path) 
         "`benchmarks/studies/pilot_paired.py`).", "",
         *return_table(reference_name, reference, candidates), "",
         "## Test accuracy (%) per hidden condition (episodes)", "",
-        *condition_table({reference_name: reference, **seedling, **candidates}), "", *paying])
+        *condition_table({reference_name: reference, **seedling, **candidates}), "",
+        "## Seeds kept / pruned / let go per episode, per hidden condition", "",
+        "Let go: neither kept nor pruned (the holding timeout pruned it, or it was live at the end).", "",
+        *fate_table({reference_name: reference, **candidates}), "", *paying])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
