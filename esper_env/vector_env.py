@@ -99,7 +99,6 @@ class EsperVectorEnv(VectorEnv):
         self._op_slot = np.zeros((num_envs, len(spaces.Op), cfg.num_slots), dtype=bool)
         self._blueprint_mask = np.ones((num_envs, cfg.num_slots, len(spaces.BLUEPRINT_NAMES)), dtype=bool)
         self._blend_mask = np.ones((*self._blueprint_mask.shape, len(BLEND_CURVES)), dtype=bool)
-        self._holding_left = np.zeros((num_envs, cfg.num_slots), dtype=np.int64)
         # seconds in "step", its "engine" part (of which "capture": graph captures), "changes" (seeds planted etc.)
         self.timings: Counter[str] = Counter()
 
@@ -115,8 +114,7 @@ class EsperVectorEnv(VectorEnv):
 
     def action_masks(self) -> np.ndarray:
         """The flat (marginal) masks, bool ``(num_envs, sum(nvec))``: what MaskablePPO reads."""
-        return np.stack([masks.flat_action_mask(m, b, k) for m, b, k in zip(self._op_slot, self._blueprint_mask,
-                                                                             self._blend_mask, strict=True)])
+        return np.stack(list(map(masks.flat_action_mask, self._op_slot, self._blueprint_mask, self._blend_mask)))
 
     def op_slot_masks(self) -> np.ndarray:
         """Which slots each op may target, bool ``(num_envs, num_ops, num_slots)``."""
@@ -330,8 +328,7 @@ class EsperVectorEnv(VectorEnv):
     # --- helpers ----------------------------------------------------------------------------------------
     def _step_info(self, records: dict[int, StepRecord]) -> dict[str, Any]:
         """The info of a step in which the sub-envs of ``records`` stepped (the others count as just reset)."""
-        reset = np.array([i not in records for i in range(self.num_envs)])
-        info = build_step_info(records, self._episodes, self._mask_info(reset),
+        info = build_step_info(records, self._episodes, self._mask_info(~np.isin(range(self.num_envs), list(records))),
                                [self._seed_params(i) for i in range(self.num_envs)],
                                [t.episode_data.condition.name for t in self._engine.trainers])
         if self._growth:
@@ -381,12 +378,11 @@ class EsperVectorEnv(VectorEnv):
             self._blend_mask[i] &= self._growth[i].blend_mask(self._engine.trainers[i].model)
         self._blueprint_mask[i] = self._blend_mask[i].any(axis=-1)  # masks.blueprint_mask, without recomputing
         self._op_slot[i] = masks.op_slot_mask(ep.slots, self.config, self._blueprint_mask[i])
-        self._holding_left[i] = [holding_steps_left(s, self.config) for s in ep.slots]
 
     def _mask_info(self, reset: np.ndarray) -> dict[str, np.ndarray]:
-        """The masks of every sub-env as info keys, and ``reset`` (which sub-envs were just reset)."""
-        return reset_info(self._op_slot, self._blueprint_mask, self._blend_mask, self.action_masks(),
-                          self._holding_left, reset)
+        """The masks, each slot's ``holding_steps_left`` and ``reset`` (which sub-envs were just reset) as info."""
+        left = np.array([[holding_steps_left(s, self.config) for s in ep.slots] for ep in self._episodes])
+        return reset_info(self._op_slot, self._blueprint_mask, self._blend_mask, self.action_masks(), left, reset)
 
     def close_extras(self, **kwargs: Any) -> None:
         engine, self._engine = self._engine, None  # dropped even if closing it raises (a broken CUDA context)
