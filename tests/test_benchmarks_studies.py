@@ -338,16 +338,18 @@ def test_the_hidden_condition_toys_undo_keeps_only_fossilized_growth_and_prunes_
     obs, info = env.reset(seed=[7, 7, 7])  # one episode three times: fossilized, pruned, left to time out
     assert obs.shape == (3, 5) and not info["op_slot_mask"][:, [Op.PRUNE, Op.FOSSILIZE]].any()
     plays = [[Op.GERMINATE, Op.WAIT, Op.FOSSILIZE], [Op.GERMINATE, Op.PRUNE], [Op.GERMINATE]]
-    returns, allowed = np.zeros(3), []
+    returns, allowed, left = np.zeros(3), [], []
     for t in range(12):
         actions = np.zeros((3, len(Head)), np.int64)
         actions[:, 0] = [play[t] if t < len(play) else Op.WAIT for play in plays]
         allowed.append(info["op_slot_mask"][2, :, 0].copy())
+        left.append(int(info["holding_steps_left"][2, 0]))
         obs, reward, _, _, info = env.step(actions)
         returns += reward
     # FOSSILIZE from hold_from steps after planting; a seed still live after step 0 + 2 + 3 is pruned
     assert [bool(a[Op.FOSSILIZE]) for a in allowed[:7]] == [False, False, True, True, True, True, False]
     assert [bool(a[Op.PRUNE]) for a in allowed[:7]] == [False, True, True, True, True, True, False]
+    assert left[:7] == [0, 0, 4, 3, 2, 1, 0]  # as on Esper: 1 is the last step FOSSILIZE may keep it
     assert env.kept().tolist() == [True, False, False] and env.pruned.tolist() == [False, True, True]
     assert obs[:, 2:].tolist() == [[0, 1, 0], [0, 0, 1], [0, 0, 1]]  # live, fossilized, pruned
     gain = 0.08 if env.condition[0] == 0 else -0.03

@@ -25,7 +25,8 @@ normalisers, PPO) learns a growth decision that depends on a condition it is not
   automatically (Esper's holding timeout). Only a fossilized seed's gain counts, still by the share of the
   episode since it was planted. This is the head-to-head's way around the blind decision: plant early, where it
   pays on average, then keep or undo once the condition shows; the observation gains the seed's state (live,
-  fossilized, pruned).
+  fossilized, pruned), and ``info["holding_steps_left"]`` counts the steps at which FOSSILIZE may still keep it,
+  as on Esper (``AgentConfig.defer_keep`` reads it).
 
 Without ``undo`` the best policy waits until ``reveal`` and then grows only where it pays; with it, it plants at
 once, waits until ``reveal`` and fossilizes where it pays and prunes where it costs. The action space, the masks in
@@ -150,7 +151,9 @@ class HiddenConditionEnv(VectorEnv):
         flat = np.zeros((self.num_envs, sum(sizes)), bool)
         flat[:, : len(Op)] = op_slot[:, :, 0]
         flat[:, np.cumsum((0, *sizes))[1:-1]] = True  # one choice in every other head
-        return {"action_mask": flat, "op_slot_mask": op_slot}
+        last_keep = self.grown_at + self.hold_from + self.max_hold  # FOSSILIZE acts before the timeout prunes
+        left = np.where(op_slot[:, Op.FOSSILIZE, 0], last_keep - self.step_index + 1, 0)
+        return {"action_mask": flat, "op_slot_mask": op_slot, "holding_steps_left": left[:, None]}
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None
               ) -> tuple[np.ndarray, dict[str, Any]]:
