@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from statistics import fmean
 
@@ -70,18 +70,21 @@ def return_table(reference_name: str, reference: list[dict], candidates: dict[st
     return lines
 
 
-def condition_table(arms: dict[str, list[dict]]) -> list[str]:
-    """Each condition's mean test accuracy (%) per arm, with the number of episodes behind it."""
+def per_condition(arms: dict[str, list[dict]], cell: Callable[[list[dict]], str]) -> list[str]:
+    """A table with a row per hidden condition and a column per arm; ``cell`` renders an arm's episodes on the
+    condition (an en dash where it has none)."""
     grouped = {name: by_condition(rows) for name, rows in arms.items()}
     conditions = sorted({c for g in grouped.values() for c in g})
     lines = ["| condition | " + " | ".join(arms) + " |", "|---|" + "---:|" * len(arms)]
     for condition in conditions:
-        cells = []
-        for g in grouped.values():
-            rows = g.get(condition, [])
-            cells.append(f"{100 * fmean([e['test_accuracy'] for e in rows]):.1f} ({len(rows)})" if rows else "–")
+        cells = [cell(g[condition]) if g.get(condition) else "–" for g in grouped.values()]
         lines.append(f"| {condition} | " + " | ".join(cells) + " |")
     return lines
+
+
+def accuracy_cell(rows: list[dict]) -> str:
+    """Mean test accuracy (%) with the number of episodes behind it."""
+    return f"{100 * fmean([e['test_accuracy'] for e in rows]):.1f} ({len(rows)})"
 
 
 def fates(ops: list) -> Counter:
@@ -100,20 +103,10 @@ def fates(ops: list) -> Counter:
     return out
 
 
-def fate_table(arms: dict[str, list[dict]]) -> list[str]:
-    """Per condition and arm, the seeds kept / pruned / let go per episode."""
-    grouped = {name: by_condition(rows) for name, rows in arms.items()}
-    conditions = sorted({c for g in grouped.values() for c in g})
-    lines = ["| condition | " + " | ".join(arms) + " |", "|---|" + "---:|" * len(arms)]
-    for condition in conditions:
-        cells = []
-        for g in grouped.values():
-            rows = g.get(condition, [])
-            total = sum((fates(e["ops"]) for e in rows), Counter())
-            cells.append(" / ".join(f"{total[k] / len(rows):.1f}" for k in ("kept", "pruned", "let go"))
-                         if rows else "–")
-        lines.append(f"| {condition} | " + " | ".join(cells) + " |")
-    return lines
+def fate_cell(rows: list[dict]) -> str:
+    """Seeds kept / pruned / let go per episode."""
+    total = sum((fates(e["ops"]) for e in rows), Counter())
+    return " / ".join(f"{total[k] / len(rows):.1f}" for k in ("kept", "pruned", "let go"))
 
 
 def candidates_in(folder: Path) -> dict[str, list[dict]]:
@@ -145,10 +138,10 @@ def report(reference_folder: Path, reference_name: str, candidate_folder: Path) 
         "`benchmarks/studies/pilot_paired.py`).", "",
         *return_table(reference_name, reference, candidates), "",
         "## Test accuracy (%) per hidden condition (episodes)", "",
-        *condition_table({reference_name: reference, **seedling, **candidates}), "",
+        *per_condition({reference_name: reference, **seedling, **candidates}, accuracy_cell), "",
         "## Seeds kept / pruned / let go per episode, per hidden condition", "",
         "Let go: neither kept nor pruned (the holding timeout pruned it, or it was live at the end).", "",
-        *fate_table({reference_name: reference, **candidates}), "", *paying])
+        *per_condition({reference_name: reference, **candidates}, fate_cell), "", *paying])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
