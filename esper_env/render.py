@@ -45,7 +45,7 @@ STAGE_COLORS: Mapping[Stage, str] = dict(zip(Stage, (
     "#f4f4f4", "#F0E442", "#E69F00", "#56B4E9", "#0072B2", "#009E73", "#D55E00", "#CC79A7"), strict=True))
 EVENT_STYLE: Mapping[str, tuple[str, str]] = {  # kind -> (matplotlib marker, face colour)
     "germinate": ("^", "white"), "fossilize": ("D", "white"), "prune": ("X", "white"), "holding_timeout": ("v", "#999")}
-_STEP_FLOATS = ("val_accuracy", "host_only_accuracy", "seed_params")
+_STEP_FLOATS = ("val_accuracy", "host_only_accuracy", "train_accuracy", "seed_params")
 _SLOT_FIELDS = {"stage": int, "alpha": float, "blueprint": int, "contribution": float, "holding_timeout": bool}
 _FLOAT_FIELDS = (*_STEP_FLOATS, "alpha", "contribution")  # None in JSON stands for NaN in these
 
@@ -59,6 +59,7 @@ class EpisodeRecord:
     epoch: list[int] = field(default_factory=list)
     val_accuracy: list[float] = field(default_factory=list)  # fraction
     host_only_accuracy: list[float] = field(default_factory=list)  # fraction, every seed's alpha forced to 0
+    train_accuracy: list[float] = field(default_factory=list)  # fraction, over the epoch's training batches
     seed_params: list[float] = field(default_factory=list)  # alpha-weighted seed parameters
     executed_op: list[int] = field(default_factory=list)  # spaces.Op
     invalid_action: list[bool] = field(default_factory=list)

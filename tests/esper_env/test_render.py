@@ -169,6 +169,10 @@ def test_record_survives_a_json_round_trip(real_episode):
         assert EpisodeRecord.from_json(json.loads(text)).to_json() == text
         assert math.isnan(copy.contribution[0][0])
         assert np.array_equal(draw_episode(copy), draw_episode(original))
+    assert record.train_accuracy and all(0.0 <= a <= 1.0 for a in record.train_accuracy)  # kept from the step info
+    older = json.loads(record.to_json())
+    del older["train_accuracy"]  # a record written before the field existed still loads
+    assert EpisodeRecord.from_json(older).train_accuracy == []
 
 
 def test_png_writer_produces_a_readable_image(tmp_path: Path):
