@@ -89,7 +89,8 @@ def accuracy_cell(rows: list[dict]) -> str:
 
 def fates(ops: list) -> Counter:
     """What became of each seed an episode planted: ``kept`` (FOSSILIZE), ``pruned`` (PRUNE) or ``let go`` (neither:
-    the holding timeout pruned it, or it was still live at the end; the timelines record no timeout)."""
+    the holding timeout or a rollback removed it, or it was still live at the end). A slice's ``ops`` hold the
+    executed ops only; where a slice keeps timelines, ``esper_agent.report.count_seeds`` tells these apart."""
     open_slots: set[int] = set()
     out: Counter = Counter()
     for _, op, slot, *_ in ops:

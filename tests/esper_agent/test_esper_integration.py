@@ -20,12 +20,14 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("esper_env.vector_env")
 SMALL = {"max_epochs": 3, "device": "cpu", "synthetic_train_size": 256, "synthetic_val_size": 64}
 
 
-def test_autoreset_modes_on_esper_synthetic() -> None:
+@pytest.mark.parametrize("defer_keep", [False, True])  # True: the keep deadline must survive each mode's resets
+def test_autoreset_modes_on_esper_synthetic(defer_keep: bool) -> None:
     """SAME_STEP and DISABLED give bit-identical rollouts on the real env; NEXT_STEP stores no reset step."""
     rollouts = {}
     for mode in ("NextStep", "SameStep", "Disabled"):
         envs = gym.make_vec("Esper-Synthetic-v0", num_envs=2, autoreset_mode=mode, **SMALL)
-        trainer = Trainer(envs, AgentConfig(rollout_steps=7, hidden_size=32, normalize_obs=False), seed=0)
+        config = AgentConfig(rollout_steps=7, hidden_size=32, normalize_obs=False, defer_keep=defer_keep)
+        trainer = Trainer(envs, config, seed=0)
         rollouts[mode], stats = trainer.collector.collect(5, trainer.sample_generator)
         envs.close()
         assert len(stats.episodes) == 4 and stats.invalid == 0
