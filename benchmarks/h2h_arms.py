@@ -20,8 +20,8 @@ on that reset seed (paired with every other arm's episode), and :func:`evaluate_
 step's info of the played episode reports the same condition. A condition fixed by ``--env-kwargs`` needs no probe.
 
 Every evaluation episode also records (:class:`EpisodeFacts`) the condition its first step reports, the ops it
-executed (``[step, op, slot, blueprint]``, WAITs left out) and, on the family host, its final parameters and
-training FLOPs: what ``benchmarks.h2h_report`` reads.
+executed (``[step, op, slot, blueprint]``, WAITs left out), its holding timeouts and, on the family host, its
+final parameters and training FLOPs: what ``benchmarks.h2h_report`` and ``benchmarks.studies.pilot_paired`` read.
 """
 
 from __future__ import annotations
@@ -129,7 +129,9 @@ def value_at(info: Mapping[str, Any], key: str, i: int) -> Any:
 class EpisodeFacts:
     """A ``run_episodes`` step callback that keeps, per episode of every sub-env, what the runner's record lacks:
     the hidden condition its first step reports, the ops it executed (``[step, op, slot, blueprint]``, WAITs left
-    out, the planted blueprint by name) and its final ``params`` and ``train_flops`` (None off the family host)."""
+    out, the planted blueprint by name), the holding timeouts (``[step, slot]``: the seeds the lifecycle let go
+    unkept at that step's end, which ``ops`` cannot show) and its final ``params`` and ``train_flops`` (None off
+    the family host)."""
 
     def __init__(self, driver: VectorEnvDriver) -> None:
         self.names = tuple(b.name for b in catalogue(env_host(driver.envs)))
@@ -139,7 +141,7 @@ class EpisodeFacts:
 
     @staticmethod
     def _fresh() -> dict[str, Any]:
-        return {"condition": None, "ops": [], "params": None, "train_flops": None, "steps": 0}
+        return {"condition": None, "ops": [], "timeouts": [], "params": None, "train_flops": None, "steps": 0}
 
     def __call__(self, step: EnvStep, info: Mapping[str, Any]) -> None:
         done = step.terminated | step.truncated
@@ -160,6 +162,9 @@ class EpisodeFacts:
             slot = value_at(info, "executed_slot", i)
             planted = self.names[int(np.asarray(info["blueprint"])[i][slot])] if op == Op.GERMINATE else None
             facts["ops"].append([facts["steps"], Op(op).name.lower(), slot, planted])
+        timed_out = value_at(info, "holding_timeout", i)
+        if timed_out is not None:
+            facts["timeouts"] += [[facts["steps"], int(slot)] for slot in np.flatnonzero(timed_out)]
         facts["params"], facts["train_flops"] = value_at(info, "params", i), value_at(info, "train_flops", i)
         facts["steps"] += 1
 

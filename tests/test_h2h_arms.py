@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from benchmarks import compare_agents, h2h_arms
-from benchmarks.screen_arms import FAMILY_SIZES
+from benchmarks.screen import PlanActor
+from benchmarks.screen_arms import FAMILY_SIZES, plan_step
+from benchmarks.studies import pilot_paired
 from esper_env.conditions import CONDITIONS
 
 ENV = "Esper-Synthetic-v0"
@@ -94,6 +96,16 @@ def test_plan_and_static_arms_play_their_steps_on_the_paired_episodes(tmp_path):
     record = json.loads((folder / "static_small" / "seed0.json").read_text())
     assert record["fixed_arm"]["kind"] == "static" and record["fixed_arm"]["env_kwargs"]["start_widths"] == [32, 64, 64]
     assert record["arm"] == "static:small" and record["budget_host_epochs"] == 0 and record["horizon"] is None
+
+
+def test_episodes_record_the_holding_timeouts_their_ops_cannot_show():
+    torch.set_num_threads(1)
+    quick = {**FAMILY, "max_epochs": 8, "min_training_epochs": 0, "max_holding_epochs": 1}
+    never_keeps = PlanActor([plan_step(0, "germinate", 0, "widen_s")])
+    episode = h2h_arms.play_seeds(never_keeps, ENV, quick, [0])[0][0]
+    assert episode["ops"] == [[0, "germinate", 0, "widen_s"]]
+    assert episode["timeouts"] == [[3, 0]]  # blended in, held for its one epoch, let go at step 3's end
+    assert pilot_paired.fates(episode["ops"], episode["timeouts"]) == {"timed out": 1}
 
 
 def test_the_oracle_plays_the_arm_of_a_fixed_condition_and_says_it_knows_it(tmp_path, monkeypatch):

@@ -36,6 +36,17 @@ def test_fates_follow_each_seed_to_its_end() -> None:
            [9, "germinate", 2, "widen_l"],  # slot 2 free again without a keep or prune: the timeout took it
            [12, "prune", 1, None], [13, "prune", 0, None]]  # nothing was planted in slot 0
     assert pilot_paired.fates(ops) == {"kept": 1, "pruned": 1, "let go": 2}  # the second slot-2 seed: live at the end
+    # with the timeouts recorded, the first slot-2 seed timed out at step 8; a seed timing out at the step of a
+    # keep was kept first (the op executes before the epoch's timeout)
+    assert pilot_paired.fates(ops, [[8, 2]]) == {"kept": 1, "pruned": 1, "timed out": 1, "let go": 1}
+    assert pilot_paired.fates(ops, [[4, 1], [8, 2]]) == {"kept": 1, "pruned": 1, "timed out": 1, "let go": 1}
+
+
+def test_fate_cells_show_timeouts_only_where_the_episodes_recorded_them():
+    ops = [[0, "germinate", 0, "deepen"], [2, "germinate", 1, "deepen"], [3, "fossilize", 1, None]]
+    assert pilot_paired.fate_cell([{"ops": ops}, {"ops": []}]) == "0.5 / 0.0 / 0.5"
+    assert pilot_paired.fate_cell([{"ops": ops, "timeouts": [[5, 0]]}, {"ops": [], "timeouts": []}]) == \
+        "0.5 / 0.0 / 0.5 (0.5 timed out)"
 
 
 @COMMITTED

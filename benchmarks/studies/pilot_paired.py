@@ -36,6 +36,7 @@ from benchmarks.studies.h2h_diagnosis import GROWTH_ARMS, SEEDLING, by_condition
 from esper_agent.report import mean_ci95
 
 OPS = ("germinate", "fossilize", "prune")
+FATES = {"fossilize": "kept", "prune": "pruned", "timeout": "timed out"}  # the events that end a seed
 
 
 def paired_returns(candidate: list[dict], reference: list[dict]) -> dict[int, list[float]]:
@@ -87,27 +88,34 @@ def accuracy_cell(rows: list[dict]) -> str:
     return f"{100 * fmean([e['test_accuracy'] for e in rows]):.1f} ({len(rows)})"
 
 
-def fates(ops: list) -> Counter:
-    """What became of each seed an episode planted: ``kept`` (FOSSILIZE), ``pruned`` (PRUNE) or ``let go`` (neither:
-    the holding timeout or a rollback removed it, or it was still live at the end). A slice's ``ops`` hold the
-    executed ops only; where a slice keeps timelines, ``esper_agent.report.count_seeds`` tells these apart."""
+def fates(ops: list, timeouts: list | None = None) -> Counter:
+    """What became of each seed an episode planted: ``kept`` (FOSSILIZE), ``pruned`` (PRUNE), ``timed out`` (the
+    holding timeout let it go unkept) or ``let go`` (a rollback removed it, or it was still live at the end).
+    ``timeouts`` are ``EpisodeFacts``' ``[step, slot]`` pairs; slices recorded before it kept them have none, and
+    there ``let go`` counts the timeouts too (a slot planted again without a keep or prune lost its seed)."""
+    # an op executes before its epoch trains, a timeout at the epoch's end: at one step, the op comes first
+    events = sorted([(step, 0, op, slot) for step, op, slot, *_ in ops] +
+                    [(step, 1, "timeout", slot) for step, slot in timeouts or []])
     open_slots: set[int] = set()
     out: Counter = Counter()
-    for _, op, slot, *_ in ops:
-        if op == "germinate":
-            out["let go"] += slot in open_slots  # the slot was free again: the timeout took the seed before
+    for _, _, event, slot in events:
+        if event == "germinate":
+            out["let go"] += slot in open_slots  # only without timeouts: the slot was free again
             open_slots.add(slot)
-        elif op in ("fossilize", "prune") and slot in open_slots:
-            out["kept" if op == "fossilize" else "pruned"] += 1
+        elif event in FATES and slot in open_slots:
+            out[FATES[event]] += 1
             open_slots.discard(slot)
     out["let go"] += len(open_slots)
-    return out
+    return +out  # without the fates that never happened
 
 
 def fate_cell(rows: list[dict]) -> str:
-    """Seeds kept / pruned / let go per episode."""
-    total = sum((fates(e["ops"]) for e in rows), Counter())
-    return " / ".join(f"{total[k] / len(rows):.1f}" for k in ("kept", "pruned", "let go"))
+    """Seeds kept / pruned / let go per episode; where the episodes recorded their timeouts, how many of those let
+    go were timed out, in brackets."""
+    total = sum((fates(e["ops"], e.get("timeouts")) for e in rows), Counter())
+    kept, pruned, let_go, timed_out = (total[k] / len(rows) for k in ("kept", "pruned", "let go", "timed out"))
+    cell = f"{kept:.1f} / {pruned:.1f} / {let_go + timed_out:.1f}"
+    return f"{cell} ({timed_out:.1f} timed out)" if all("timeouts" in e for e in rows) else cell
 
 
 def candidates_in(folder: Path) -> dict[str, list[dict]]:
@@ -141,7 +149,8 @@ def report(reference_folder: Path, reference_name: str, candidate_folder: Path) 
         "## Test accuracy (%) per hidden condition (episodes)", "",
         *per_condition({reference_name: reference, **seedling, **candidates}, accuracy_cell), "",
         "## Seeds kept / pruned / let go per episode, per hidden condition", "",
-        "Let go: neither kept nor pruned (the holding timeout pruned it, or it was live at the end).", "",
+        "Let go: neither kept nor pruned (the holding timeout let it go, a rollback removed it, or it was live at "
+        "the end); in brackets, of those, the timed out, where the slices recorded timeouts.", "",
         *per_condition({reference_name: reference, **candidates}, fate_cell), "", *paying])
 
 
