@@ -45,10 +45,11 @@ def test_cuda_checkpoint_resume_and_evaluate(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("esper_env.vector_env") is None, reason="no esper_env vector env")
-def test_esper_synthetic_on_cuda(tmp_path: Path) -> None:
+@pytest.mark.parametrize("defer_keep", [False, True])  # the keep deadline is masked on the device too
+def test_esper_synthetic_on_cuda(tmp_path: Path, defer_keep: bool) -> None:
     args = ["--env", "Esper-Synthetic-v0", "--env-kwargs", json.dumps({"max_epochs": 5}), "--num-envs", "4",
             "--device", "cuda", "--total-updates", "2", "--rollout-steps", "5", "--run-dir", str(tmp_path)]
-    assert train.main(args) == 0
+    assert train.main(args + ["--defer-keep"] * defer_keep) == 0
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     print("esper synthetic on cuda:", {k: rows[-1][k] for k in ("episode/return_mean", "time/env_steps_per_s",
                                                                 "time/host_images_per_s", "time/update_s")})
