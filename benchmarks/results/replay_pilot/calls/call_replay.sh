@@ -2,7 +2,7 @@
 # One device call of the replay pilot (and the deferred-keep pilot) on Esper-CIFAR10-Fast-v0's tuning seeds 100 and 101: esper_agent-e3-replay8
 # trained and evaluated exactly as the head-to-head's sweep trained esper_agent-e3 (benchmarks/results/h2h_v2_sweep),
 # side by side, as resumable slices in .stage/replay (kept on the machine between back-to-back calls). Usage:
-# [EVAL_RESERVE_S=150] bash .stage/call_replay.sh LIMIT_S [LABEL EXTRA_KWARGS] (EXTRA_KWARGS '' runs e3 itself; each slice pauses at the first update after which another would pass LIMIT_S).
+# [SEEDS="100 101"] [EVAL_RESERVE_S=150] bash .stage/call_replay.sh LIMIT_S [LABEL EXTRA_KWARGS] (EXTRA_KWARGS '' runs e3 itself; each slice pauses at the first update after which another would pass LIMIT_S).
 set -u
 [[ $1 =~ ^[0-9]+$ ]] || { echo "expected whole seconds, got '$1'"; exit 2; }
 export ESPER_DATA_DIR=$PWD/.stage/cifar ESPER_GIT_COMMIT=$(cat .stage/sha) ESPER_GIT_DIRTY=0
@@ -15,7 +15,7 @@ mkdir -p .stage/replay/logs
 nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -l 30 > "$OUT/gpu.log" &
 mon=$!
 pids=()
-for s in 100 101; do
+for s in ${SEEDS:-100 101}; do
   echo "== $(date -u +%FT%T) $KW limit $1" >> .stage/replay/logs/esper_agent-$LABEL-$s.log
   python -m benchmarks.compare_agents --env Esper-CIFAR10-Fast-v0 --env-kwargs '{}' --budget-epochs 8000 \
       --eval-episodes 24 --eval-sampled --time-limit-s "$1" --eval-reserve-s "${EVAL_RESERVE_S:-150}" --agent-kwargs "$KW" \
