@@ -20,8 +20,9 @@ on that reset seed (paired with every other arm's episode), and :func:`evaluate_
 step's info of the played episode reports the same condition. A condition fixed by ``--env-kwargs`` needs no probe.
 
 Every evaluation episode also records (:class:`EpisodeFacts`) the condition its first step reports, the ops it
-executed (``[step, op, slot, blueprint]``, WAITs left out), its holding timeouts and, on the family host, its
-final parameters and training FLOPs: what ``benchmarks.h2h_report`` and ``benchmarks.studies.pilot_paired`` read.
+executed (``[step, op, slot, blueprint]``, WAITs left out) and, on the family host, its final parameters and
+training FLOPs: what ``benchmarks.h2h_report`` reads; and what became of its seeds (``seeds``, counted from its
+timeline), which ``benchmarks.studies.pilot_paired`` reads.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,7 @@ from esper_agent.collect import EpisodeRecord
 from esper_agent.envs import EnvStep, VectorEnvDriver
 from esper_agent.evaluate import StepCallback, TimelineRecorder, run_episodes
 from esper_agent.heuristic import env_host
+from esper_agent.report import count_seeds
 from esper_env.blueprints import catalogue
 from esper_env.conditions import MIXTURE, drawable
 from esper_env.config import EnvConfig
@@ -129,9 +132,7 @@ def value_at(info: Mapping[str, Any], key: str, i: int) -> Any:
 class EpisodeFacts:
     """A ``run_episodes`` step callback that keeps, per episode of every sub-env, what the runner's record lacks:
     the hidden condition its first step reports, the ops it executed (``[step, op, slot, blueprint]``, WAITs left
-    out, the planted blueprint by name), the holding timeouts (``[step, slot]``: the seeds the lifecycle let go
-    unkept at that step's end, which ``ops`` cannot show) and its final ``params`` and ``train_flops`` (None off
-    the family host)."""
+    out, the planted blueprint by name) and its final ``params`` and ``train_flops`` (None off the family host)."""
 
     def __init__(self, driver: VectorEnvDriver) -> None:
         self.names = tuple(b.name for b in catalogue(env_host(driver.envs)))
@@ -141,7 +142,7 @@ class EpisodeFacts:
 
     @staticmethod
     def _fresh() -> dict[str, Any]:
-        return {"condition": None, "ops": [], "timeouts": [], "params": None, "train_flops": None, "steps": 0}
+        return {"condition": None, "ops": [], "params": None, "train_flops": None, "steps": 0}
 
     def __call__(self, step: EnvStep, info: Mapping[str, Any]) -> None:
         done = step.terminated | step.truncated
@@ -162,9 +163,6 @@ class EpisodeFacts:
             slot = value_at(info, "executed_slot", i)
             planted = self.names[int(np.asarray(info["blueprint"])[i][slot])] if op == Op.GERMINATE else None
             facts["ops"].append([facts["steps"], Op(op).name.lower(), slot, planted])
-        timed_out = value_at(info, "holding_timeout", i)
-        if timed_out is not None:
-            facts["timeouts"] += [[facts["steps"], int(slot)] for slot in np.flatnonzero(timed_out)]
         facts["params"], facts["train_flops"] = value_at(info, "params", i), value_at(info, "train_flops", i)
         facts["steps"] += 1
 
@@ -205,7 +203,9 @@ def play_seeds(actor: Actor, env_id: str, env_kwargs: Mapping[str, Any],
                seeds: Sequence[int]) -> tuple[list[dict], list[Timeline]]:
     """One episode per reset seed, each the first episode of a sub-env of a fresh evaluation env (runs of
     consecutive seeds, at most ``EVAL_CHUNK`` sub-envs at a time); test accuracy measured at each episode's end.
-    Per episode, its summary (with :class:`EpisodeFacts`) and its timeline, in the order of ``seeds``."""
+    Per episode, its summary (with :class:`EpisodeFacts`, and ``seeds``: its seeds' fates from the timeline,
+    :func:`esper_agent.report.count_seeds`, holding timeouts and rollbacks apart) and its timeline, in the order of
+    ``seeds``."""
     # the evaluation's own settings win over the given kwargs (which may name them too, e.g. report_test_accuracy)
     kwargs = dict(env_kwargs) | {"autoreset_mode": "SameStep", "report_test_accuracy": True}
     episodes, timelines = [], []
@@ -219,7 +219,8 @@ def play_seeds(actor: Actor, env_id: str, env_kwargs: Mapping[str, Any],
         timelines += recorder.timelines_of(records)
         episodes += [{"env_seed": env_seed, "return": r.episode_return, "val_accuracy": r.final_accuracy,
                       "test_accuracy": r.test_accuracy, "seed_params": r.seed_params, "rollback": r.rollback,
-                      "length": r.length, "invalid_rate": float(np.mean(t.invalid_action)), **f}
+                      "length": r.length, "invalid_rate": float(np.mean(t.invalid_action)),
+                      "seeds": asdict(count_seeds([t]).total), **f}
                      for env_seed, r, t, f in zip(chunk, records, timelines[-len(chunk):], facts.facts_of(records),
                                                   strict=True)]
     return episodes, timelines

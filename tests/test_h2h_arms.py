@@ -98,14 +98,14 @@ def test_plan_and_static_arms_play_their_steps_on_the_paired_episodes(tmp_path):
     assert record["arm"] == "static:small" and record["budget_host_epochs"] == 0 and record["horizon"] is None
 
 
-def test_episodes_record_the_holding_timeouts_their_ops_cannot_show():
+def test_episodes_count_their_seeds_fates_from_the_timeline():
     torch.set_num_threads(1)
     quick = {**FAMILY, "max_epochs": 8, "min_training_epochs": 0, "max_holding_epochs": 1}
     never_keeps = PlanActor([plan_step(0, "germinate", 0, "widen_s")])
     episode = h2h_arms.play_seeds(never_keeps, ENV, quick, [0])[0][0]
-    assert episode["ops"] == [[0, "germinate", 0, "widen_s"]]
-    assert episode["timeouts"] == [[3, 0]]  # blended in, held for its one epoch, let go at step 3's end
-    assert pilot_paired.fates(episode["ops"], episode["timeouts"]) == {"timed out": 1}
+    assert episode["ops"] == [[0, "germinate", 0, "widen_s"]]  # the timeout is no op
+    assert episode["seeds"] == {"planted": 1, "fossilized": 0, "pruned": 1, "holding_timeouts": 1, "rolled_back": 0}
+    assert pilot_paired.episode_fates(episode) == {"timed out": 1}
 
 
 def test_the_oracle_plays_the_arm_of_a_fixed_condition_and_says_it_knows_it(tmp_path, monkeypatch):

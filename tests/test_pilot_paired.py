@@ -36,17 +36,17 @@ def test_fates_follow_each_seed_to_its_end() -> None:
            [9, "germinate", 2, "widen_l"],  # slot 2 free again without a keep or prune: the timeout took it
            [12, "prune", 1, None], [13, "prune", 0, None]]  # nothing was planted in slot 0
     assert pilot_paired.fates(ops) == {"kept": 1, "pruned": 1, "let go": 2}  # the second slot-2 seed: live at the end
-    # with the timeouts recorded, the first slot-2 seed timed out at step 8; a seed timing out at the step of a
-    # keep was kept first (the op executes before the epoch's timeout)
-    assert pilot_paired.fates(ops, [[8, 2]]) == {"kept": 1, "pruned": 1, "timed out": 1, "let go": 1}
-    assert pilot_paired.fates(ops, [[4, 1], [8, 2]]) == {"kept": 1, "pruned": 1, "timed out": 1, "let go": 1}
 
 
-def test_fate_cells_show_timeouts_only_where_the_episodes_recorded_them():
+def test_episode_fates_are_exact_where_the_episode_counted_its_seeds():
     ops = [[0, "germinate", 0, "deepen"], [2, "germinate", 1, "deepen"], [3, "fossilize", 1, None]]
+    counted = {"planted": 5, "fossilized": 1, "pruned": 3, "holding_timeouts": 2, "rolled_back": 1}
+    assert pilot_paired.episode_fates({"ops": ops}) == {"kept": 1, "let go": 1}  # from the ops alone
+    assert pilot_paired.episode_fates({"ops": ops, "seeds": counted}) == {"kept": 1, "pruned": 1, "timed out": 2,
+                                                                          "let go": 1}  # the rolled back one
     assert pilot_paired.fate_cell([{"ops": ops}, {"ops": []}]) == "0.5 / 0.0 / 0.5"
-    assert pilot_paired.fate_cell([{"ops": ops, "timeouts": [[5, 0]]}, {"ops": [], "timeouts": []}]) == \
-        "0.5 / 0.0 / 0.5 (0.5 timed out)"
+    assert pilot_paired.fate_cell([{"ops": ops, "seeds": counted}, {"ops": [], "seeds": {**counted, "planted": 4}}]) \
+        == "1.0 / 1.0 / 2.5 (2.0 timed out)"
 
 
 @COMMITTED

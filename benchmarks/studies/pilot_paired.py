@@ -36,7 +36,6 @@ from benchmarks.studies.h2h_diagnosis import GROWTH_ARMS, SEEDLING, by_condition
 from esper_agent.report import mean_ci95
 
 OPS = ("germinate", "fossilize", "prune")
-FATES = {"fossilize": "kept", "prune": "pruned", "timeout": "timed out"}  # the events that end a seed
 
 
 def paired_returns(candidate: list[dict], reference: list[dict]) -> dict[int, list[float]]:
@@ -88,34 +87,42 @@ def accuracy_cell(rows: list[dict]) -> str:
     return f"{100 * fmean([e['test_accuracy'] for e in rows]):.1f} ({len(rows)})"
 
 
-def fates(ops: list, timeouts: list | None = None) -> Counter:
-    """What became of each seed an episode planted: ``kept`` (FOSSILIZE), ``pruned`` (PRUNE), ``timed out`` (the
-    holding timeout let it go unkept) or ``let go`` (a rollback removed it, or it was still live at the end).
-    ``timeouts`` are ``EpisodeFacts``' ``[step, slot]`` pairs; slices recorded before it kept them have none, and
-    there ``let go`` counts the timeouts too (a slot planted again without a keep or prune lost its seed)."""
-    # an op executes before its epoch trains, a timeout at the epoch's end: at one step, the op comes first
-    events = sorted([(step, 0, op, slot) for step, op, slot, *_ in ops] +
-                    [(step, 1, "timeout", slot) for step, slot in timeouts or []])
+def fates(ops: list) -> Counter:
+    """What became of each seed an episode planted, read off its ``ops`` alone (slices recorded before episodes
+    kept their ``seeds``): ``kept`` (FOSSILIZE), ``pruned`` (PRUNE) or ``let go`` (neither: the holding timeout or
+    a rollback removed it, or it was still live at the end)."""
     open_slots: set[int] = set()
     out: Counter = Counter()
-    for _, _, event, slot in events:
-        if event == "germinate":
-            out["let go"] += slot in open_slots  # only without timeouts: the slot was free again
+    for _, op, slot, *_ in ops:
+        if op == "germinate":
+            out["let go"] += slot in open_slots  # the slot was free again: the timeout took the seed before
             open_slots.add(slot)
-        elif event in FATES and slot in open_slots:
-            out[FATES[event]] += 1
+        elif op in ("fossilize", "prune") and slot in open_slots:
+            out["kept" if op == "fossilize" else "pruned"] += 1
             open_slots.discard(slot)
     out["let go"] += len(open_slots)
     return +out  # without the fates that never happened
 
 
+def episode_fates(episode: dict) -> Counter:
+    """:func:`fates`' categories for one episode, exact where it recorded ``seeds`` (``count_seeds``' counts, in
+    which the agent's prunes and the holding timeouts are apart): then ``timed out`` is the timeouts, and ``let go``
+    the rolled back and the live at the end."""
+    if "seeds" not in episode:
+        return fates(episode["ops"])
+    seeds = episode["seeds"]
+    timed_out = seeds["holding_timeouts"]
+    return +Counter({"kept": seeds["fossilized"], "pruned": seeds["pruned"] - timed_out, "timed out": timed_out,
+                     "let go": seeds["planted"] - seeds["fossilized"] - seeds["pruned"]})
+
+
 def fate_cell(rows: list[dict]) -> str:
-    """Seeds kept / pruned / let go per episode; where the episodes recorded their timeouts, how many of those let
+    """Seeds kept / pruned / let go per episode; where the episodes recorded their ``seeds``, how many of those let
     go were timed out, in brackets."""
-    total = sum((fates(e["ops"], e.get("timeouts")) for e in rows), Counter())
+    total = sum(map(episode_fates, rows), Counter())
     kept, pruned, let_go, timed_out = (total[k] / len(rows) for k in ("kept", "pruned", "let go", "timed out"))
     cell = f"{kept:.1f} / {pruned:.1f} / {let_go + timed_out:.1f}"
-    return f"{cell} ({timed_out:.1f} timed out)" if all("timeouts" in e for e in rows) else cell
+    return f"{cell} ({timed_out:.1f} timed out)" if all("seeds" in e for e in rows) else cell
 
 
 def candidates_in(folder: Path) -> dict[str, list[dict]]:
@@ -150,7 +157,7 @@ def report(reference_folder: Path, reference_name: str, candidate_folder: Path) 
         *per_condition({reference_name: reference, **seedling, **candidates}, accuracy_cell), "",
         "## Seeds kept / pruned / let go per episode, per hidden condition", "",
         "Let go: neither kept nor pruned (the holding timeout let it go, a rollback removed it, or it was live at "
-        "the end); in brackets, of those, the timed out, where the slices recorded timeouts.", "",
+        "the end); in brackets, of those, the timed out, where the episodes recorded their seeds' fates.", "",
         *per_condition({reference_name: reference, **candidates}, fate_cell), "", *paying])
 
 
