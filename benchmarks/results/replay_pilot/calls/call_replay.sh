@@ -3,6 +3,8 @@
 # trained and evaluated exactly as the head-to-head's sweep trained esper_agent-e3 (benchmarks/results/h2h_v2_sweep),
 # side by side, as resumable slices in .stage/replay (kept on the machine between back-to-back calls). Usage:
 # [SEEDS="100 101"] [EVAL_RESERVE_S=150] bash .stage/call_replay.sh LIMIT_S [LABEL EXTRA_KWARGS] (EXTRA_KWARGS '' runs e3 itself; each slice pauses at the first update after which another would pass LIMIT_S).
+# A paused slice's training state goes back in $OUT/paused.tgz; carried in as .stage/paused.tgz, it continues on a
+# fresh machine (a later session): the slices resume across machines, not only between back-to-back calls.
 set -u
 [[ $1 =~ ^[0-9]+$ ]] || { echo "expected whole seconds, got '$1'"; exit 2; }
 export ESPER_DATA_DIR=$PWD/.stage/cifar ESPER_GIT_COMMIT=$(cat .stage/sha) ESPER_GIT_DIRTY=0
@@ -12,6 +14,9 @@ if [[ $# -ge 3 && -z $3 ]]; then KW="{$E3}"  # an empty third argument: e3 itsel
 else KW="{$E3, ${3:-\"replay_rollouts\": 8, \"target_kl\": 0.0}}"; fi
 LABEL=${2:-e3-replay8}
 mkdir -p .stage/replay/logs
+if [[ -f .stage/paused.tgz && ! -f .stage/replay/.unpacked ]]; then
+  tar xzf .stage/paused.tgz -C .stage && touch .stage/replay/.unpacked && echo "resumed: $(tar tzf .stage/paused.tgz | tr '\n' ' ')"
+fi
 nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -l 30 > "$OUT/gpu.log" &
 mon=$!
 pids=()
@@ -27,5 +32,6 @@ wait "${pids[@]}"
 kill $mon
 tail -n 6 .stage/replay/logs/*.log
 tail -n 3 "$OUT/gpu.log"
-tar czf "$OUT/replay.tgz" --exclude="*.ckpt" --exclude="*.png" --exclude="*.pt" -C .stage replay
+tar czf "$OUT/replay.tgz" --exclude="*.ckpt" --exclude="*.png" --exclude="*.pt" --exclude=.unpacked -C .stage replay
+(cd .stage && find replay -name 'seed*.ckpt' ! -name "*-trained.ckpt" | tar czf "$OUT/paused.tgz" -T -)  # slices still training
 ls -la "$OUT"
