@@ -2,9 +2,11 @@
 # One device call of the replay pilot (and the deferred-keep pilot) on Esper-CIFAR10-Fast-v0's tuning seeds 100 and 101: esper_agent-e3-replay8
 # trained and evaluated exactly as the head-to-head's sweep trained esper_agent-e3 (benchmarks/results/h2h_v2_sweep),
 # side by side, as resumable slices in .stage/replay (kept on the machine between back-to-back calls). Usage:
-# [SEEDS="100 101"] [EVAL_RESERVE_S=150] bash .stage/call_replay.sh LIMIT_S [LABEL EXTRA_KWARGS] (EXTRA_KWARGS '' runs e3 itself; each slice pauses at the first update after which another would pass LIMIT_S).
+# [ENV_ID=Esper-CIFAR10-Fast-v0] [SEEDS="100 101"] [EVAL_RESERVE_S=150] bash .stage/call_replay.sh LIMIT_S [LABEL EXTRA_KWARGS] (EXTRA_KWARGS '' runs e3 itself; each slice pauses at the first update after which another would pass LIMIT_S).
 # A paused slice's training state goes back in $OUT/paused.tgz; carried in as .stage/paused.tgz, it continues on a
 # fresh machine (a later session): the slices resume across machines, not only between back-to-back calls.
+# ENV_ID=Esper-CIFAR10-v0 trains on the primary env (same budget and evaluation as the head-to-head); with several
+# GPUs, the seeds take them in turn.
 set -u
 [[ $1 =~ ^[0-9]+$ ]] || { echo "expected whole seconds, got '$1'"; exit 2; }
 export ESPER_DATA_DIR=$PWD/.stage/cifar ESPER_GIT_COMMIT=$(cat .stage/sha) ESPER_GIT_DIRTY=0
@@ -20,9 +22,11 @@ fi
 nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -l 30 > "$OUT/gpu.log" &
 mon=$!
 pids=()
+gpus=$(nvidia-smi -L | wc -l)
+i=0
 for s in ${SEEDS:-100 101}; do
   echo "== $(date -u +%FT%T) $KW limit $1" >> .stage/replay/logs/esper_agent-$LABEL-$s.log
-  python -m benchmarks.compare_agents --env Esper-CIFAR10-Fast-v0 --env-kwargs '{}' --budget-epochs 8000 \
+  CUDA_VISIBLE_DEVICES=$((i++ % gpus)) python -m benchmarks.compare_agents --env "${ENV_ID:-Esper-CIFAR10-Fast-v0}" --env-kwargs '{}' --budget-epochs 8000 \
       --eval-episodes 24 --eval-sampled --time-limit-s "$1" --eval-reserve-s "${EVAL_RESERVE_S:-150}" --agent-kwargs "$KW" \
       --label $LABEL --arms esper_agent --seeds $s --keep-policy --out .stage/replay \
       >> .stage/replay/logs/esper_agent-$LABEL-$s.log 2>&1 &
