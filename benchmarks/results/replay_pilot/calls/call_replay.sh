@@ -25,8 +25,9 @@ pids=()
 gpus=$(nvidia-smi -L | wc -l)
 i=0
 for s in ${SEEDS:-100 101}; do
+  gpu=$((i++ % gpus))  # here, not in the command's prefix: a background job expands that in its own subshell
   echo "== $(date -u +%FT%T) $KW limit $1" >> .stage/replay/logs/esper_agent-$LABEL-$s.log
-  CUDA_VISIBLE_DEVICES=$((i++ % gpus)) python -m benchmarks.compare_agents --env "${ENV_ID:-Esper-CIFAR10-Fast-v0}" --env-kwargs '{}' --budget-epochs 8000 \
+  CUDA_VISIBLE_DEVICES=$gpu python -m benchmarks.compare_agents --env "${ENV_ID:-Esper-CIFAR10-Fast-v0}" --env-kwargs '{}' --budget-epochs 8000 \
       --eval-episodes 24 --eval-sampled --time-limit-s "$1" --eval-reserve-s "${EVAL_RESERVE_S:-150}" --agent-kwargs "$KW" \
       --label $LABEL --arms esper_agent --seeds $s --keep-policy --out .stage/replay \
       >> .stage/replay/logs/esper_agent-$LABEL-$s.log 2>&1 &
