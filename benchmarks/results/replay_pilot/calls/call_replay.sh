@@ -16,6 +16,7 @@ if [[ $# -ge 3 && -z $3 ]]; then KW="{$E3}"  # an empty third argument: e3 itsel
 else KW="{$E3, ${3:-\"replay_rollouts\": 8, \"target_kl\": 0.0}}"; fi
 LABEL=${2:-e3-replay8}
 mkdir -p .stage/replay/logs
+# once per machine: a later call on the same machine carries the same tarball, older than the state it left
 if [[ -f .stage/paused.tgz && ! -f .stage/replay/.unpacked ]]; then
   tar xzf .stage/paused.tgz -C .stage && touch .stage/replay/.unpacked && echo "resumed: $(tar tzf .stage/paused.tgz | tr '\n' ' ')"
 fi
