@@ -66,6 +66,7 @@ def test_frozen_copies_and_the_swapped_in_average_keep_the_lstm_in_one_chunk_on_
     trainer = Trainer(envs, config, device="cuda", seed=0, total_updates=3)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*single contiguous chunk of memory.*")
-        trainer.train()
+        metrics = list(trainer.train())  # a generator: nothing trains until it is iterated
+    assert len(metrics) == 3
     assert trainer.reference_kl.policy is not None and next(trainer.reference_kl.policy.parameters()).is_cuda
     assert trainer.replay.average is not None and trainer.replay.average.average[0].is_cuda
