@@ -5,6 +5,7 @@
 # [ENV_ID=Esper-CIFAR10-Fast-v0] [SEEDS="100 101"] [EVAL_RESERVE_S=150] bash .stage/call_replay.sh LIMIT_S [LABEL EXTRA_KWARGS] (EXTRA_KWARGS '' runs e3 itself; each slice pauses at the first update after which another would pass LIMIT_S).
 # A paused slice's training state goes back in $OUT/paused.tgz; carried in as .stage/paused.tgz, it continues on a
 # fresh machine (a later session): the slices resume across machines, not only between back-to-back calls.
+# Finished slices' trained policies go back in $OUT/trained.tgz.
 # ENV_ID=Esper-CIFAR10-v0 trains on the primary env (same budget and evaluation as the head-to-head); with several
 # GPUs, the seeds take them in turn.
 set -u
@@ -40,4 +41,6 @@ tail -n 6 .stage/replay/logs/*.log
 tail -n 3 "$OUT/gpu.log"
 tar czf "$OUT/replay.tgz" --exclude="*.ckpt" --exclude="*.png" --exclude="*.pt" --exclude=.unpacked -C .stage replay
 (cd .stage && find replay -name 'seed*.ckpt' ! -name "*-trained.ckpt" | tar czf "$OUT/paused.tgz" -T -)  # slices still training
+# finished slices' policies (--keep-policy), to play again on one hidden condition (esper_agent.evaluate)
+(cd .stage && find replay -name 'seed*-trained.ckpt' | tar czf "$OUT/trained.tgz" -T -)
 ls -la "$OUT"
