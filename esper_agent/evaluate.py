@@ -1,13 +1,13 @@
 """Play a policy for N episodes and report a results table, one timeline per episode and a markdown report.
 
-``python -m esper_agent.evaluate --checkpoint runs/x/checkpoint.pt --episodes 10`` rebuilds the env the run
-trained on (id, kwargs and number of sub-envs are stored in the checkpoint; flags override them), plays N
-deterministic (argmax) episodes with the policy the run hands out (with ``select_best_window``, the one it
-kept; ``--last-policy`` for the last one), prints a markdown table of per-episode return, final validation
-accuracy and seed parameters, and writes it (and a JSON copy) beside the checkpoint. On an Esper env it also
-writes, into ``<checkpoint>.eval/``, ``episode-<k>.png`` per episode, ``contact-sheet.png``, ``episodes.json`` (the
-timelines, to redraw) and ``report.md`` (:mod:`esper_agent.report`: seeds by blueprint and slot, parameters
-added, op histogram).
+``python -m esper_agent.evaluate --checkpoint runs/x/checkpoint.pt --episodes 10`` rebuilds the env the run trained
+on (id, kwargs and number of sub-envs are stored in the checkpoint; flags override them), plays N deterministic
+(argmax) episodes with the policy the run hands out (with ``select_best_window``, the one it kept; ``--last-policy``
+for the last one), prints a markdown table of per-episode return, final validation accuracy and seed parameters, and
+writes it (and a JSON copy, with the env's settings and, on an Esper env, each episode's seed fates) beside the
+checkpoint. On an Esper env it also writes, into ``<checkpoint>.eval/``, ``episode-<k>.png`` per episode,
+``contact-sheet.png``, ``episodes.json`` (the timelines, to redraw) and ``report.md`` (:mod:`esper_agent.report`:
+seeds by blueprint and slot, parameters added, op histogram).
 
 ``--policy static|random|heuristic --env ID --num-envs N`` reports a baseline the same way, without a checkpoint.
 """
@@ -20,6 +20,7 @@ import math
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from esper_agent.envs import EnvStep, VectorEnvDriver
 from esper_agent.heuristic import HeuristicActor, env_host
 from esper_agent.normalize import ObservationNormalizer
 from esper_agent.policy import RecurrentPolicy
-from esper_agent.report import build_report, mean_ci95
+from esper_agent.report import build_report, count_seeds, mean_ci95
 from esper_agent.selection import kept_policy
 from esper_env.info import split_vector_info
 from esper_env.render import EpisodeRecord as Timeline
@@ -185,6 +186,16 @@ def _finite_or_none(row: dict[str, Any]) -> dict[str, Any]:
     return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
 
 
+def episode_rows(records: Sequence[EpisodeRecord], timelines: Sequence[Timeline] | None) -> list[dict[str, Any]]:
+    """The results file's rows: each record, with its seeds' fates (:func:`esper_agent.report.count_seeds`) where
+    the env gave timelines."""
+    rows = [_finite_or_none(r._asdict()) for r in records]
+    if timelines is not None:
+        for row, timeline in zip(rows, timelines, strict=True):
+            row["seeds"] = asdict(count_seeds([timeline]).total)
+    return rows
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m esper_agent.evaluate", description=__doc__.split("\n\n")[0])
     p.add_argument("--policy", choices=POLICIES, default="checkpoint", help="what plays: a trained checkpoint "
@@ -293,10 +304,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     table, base = results_table(records), _output_base(args, env_id)
     output = Path(args.output) if args.output else Path(f"{base}.eval.md")
     output.write_text(f"# Evaluation of {label} on {env_id}\n\n{table}")
+    timelines = None if recorder.missing else recorder.timelines_of(records)
     output.with_suffix(".json").write_text(json.dumps(
         {"policy": args.policy, "checkpoint": None if payload is None else str(args.checkpoint), "env_id": env_id,
-         "seed": args.seed, "deterministic": not args.stochastic if payload else args.policy != "random",
-         "episodes": [_finite_or_none(r._asdict()) for r in records]}, indent=2))
+         "env_kwargs": env_kwargs, "num_envs": num_envs, "seed": args.seed,
+         "deterministic": not args.stochastic if payload else args.policy != "random",
+         "episodes": episode_rows(records, timelines)}, indent=2))
     sys.stdout.write(table)
     print(f"written to {output}")
     if recorder.missing:
@@ -307,8 +320,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = [f"policy: {args.policy}{played}",
                 f"env: {env_id}, {num_envs} sub-envs, kwargs {json.dumps(env_kwargs, sort_keys=True)}",
                 f"episodes: {len(records)}, reset seed {args.seed}{actions}"]
-    report = write_report_dir(Path(args.report_dir or f"{base}.eval"), f"{label} on {env_id}", records,
-                              recorder.timelines_of(records), settings)
+    report = write_report_dir(Path(args.report_dir or f"{base}.eval"), f"{label} on {env_id}", records, timelines,
+                              settings)
     print(f"timelines and report written to {report.parent}")
     return 0
 

@@ -133,7 +133,8 @@ def test_heuristic_writes_timelines_a_contact_sheet_and_a_report(mode: str, tmp_
     report = (folder / "report.md").read_text()
     assert report.startswith("# the heuristic policy on Esper-Synthetic-v0\n")
     assert all(section in report for section in SECTIONS)
-    rows = re.findall(r"^\| (\d) \| (\d) \| .* \| 6 \| \d+ / \d+ / \d+ \| \[png\]\(episode-\1\.png\) \|$", report, re.M)
+    rows = re.findall(r"^\| (\d) \| (\d) \| .* \| 6 \| (\d+) / (\d+) / (\d+) \| \[png\]\(episode-\1\.png\) \|$",
+                      report, re.M)
     assert [r[0] for r in rows] == ["0", "1", "2"] and [r[1] for r in rows] == ["0", "0", "1"]
     assert "Invalid actions (executed as WAIT): 0 of 18 steps" in report  # the heuristic reads the masks
     assert ("test accuracy: mean" in report) == (mode == "SameStep")
@@ -141,6 +142,11 @@ def test_heuristic_writes_timelines_a_contact_sheet_and_a_report(mode: str, tmp_
     assert [len(t["epoch"]) for t in timelines] == [6, 6, 6] and timelines[0]["epoch"] == [1, 2, 3, 4, 5, 6]
     table = json.loads((tmp_path / "Esper-Synthetic-v0.heuristic.eval.json").read_text())
     assert table["policy"] == "heuristic" and table["checkpoint"] is None and len(table["episodes"]) == 3
+    assert table["env_kwargs"] == kwargs and table["num_envs"] == 2 and table["seed"] == 7
+    # each episode's seed fates, as the report counts them
+    assert [tuple(str(e["seeds"][k]) for k in ("planted", "fossilized", "pruned")) for e in table["episodes"]] == [
+        r[2:] for r in rows]
+    assert sum(e["seeds"]["planted"] for e in table["episodes"]) > 0  # the heuristic plants
 
 
 def test_timelines_know_the_episode_length_of_a_gymnasium_sync_vector_env(tmp_path: Path,
