@@ -47,3 +47,37 @@ def test_runs_that_would_not_pair_are_refused(tmp_path: Path, capsys: pytest.Cap
     with pytest.raises(SystemExit):
         condition_read.main([str(static), str(_evaluate(tmp_path, "heuristic", episodes=6))])
     assert "expected one episode on each of its 3" in capsys.readouterr().err
+
+
+def _run(policy: str, returns: list[float], tests: list[float | None], **settings: object) -> dict:
+    episodes = [{"env": k, "episode_return": r, "test_accuracy": t, "rollback": False,
+                 "seeds": {"planted": 1, "fossilized": 0, "pruned": 1, "holding_timeouts": 1, "rolled_back": 0}}
+                for k, (r, t) in enumerate(zip(returns, tests, strict=True))]
+    return {"policy": policy, "env_id": "E", "env_kwargs": {"condition": "c"}, "num_envs": len(returns), "seed": 7,
+            "episodes": episodes, **settings}
+
+
+def test_episodes_pair_by_sub_env_whatever_their_order_in_the_file() -> None:
+    reference = _run("static", [0.5, 0.4, 0.6], [0.50, 0.40, 0.60])
+    run = _run("checkpoint", [0.6, 0.3, 0.9], [0.55, None, 0.70])
+    row = condition_read.paired_row(reference, run, "p")
+    run["episodes"].reverse()
+    assert condition_read.paired_row(reference, run, "p") == row
+    assert row["return"][0] == pytest.approx((10 - 10 + 30) / 3)
+    assert row["test"][0] == pytest.approx((5 + 10) / 2)  # the episode without a test accuracy drops out
+    assert row["fates"] == {"planted": 3, "fossilized": 0, "pruned": 3, "holding_timeouts": 3, "rolled_back": 0}
+    for e in run["episodes"]:
+        del e["seeds"]  # a results file of an env without timelines
+    assert "fates" not in condition_read.paired_row(reference, run, "p")
+
+
+def test_files_that_are_not_evaluate_results_are_refused(tmp_path: Path) -> None:
+    reference = _run("static", [0.5, 0.4], [0.5, 0.4])
+    with pytest.raises(ValueError, match=r"differs from the reference in \{'env_kwargs'"):
+        condition_read.paired_row(reference, _run("checkpoint", [0.5, 0.4], [0.5, 0.4], env_kwargs={}), "p")
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({k: v for k, v in reference.items() if k != "env_kwargs"}))
+    with pytest.raises(ValueError, match=r"lacks \['env_kwargs'\]"):
+        condition_read.load_run(old)
+    with pytest.raises(ValueError, match="did that run finish"):
+        condition_read.load_run(tmp_path / "missing.json")

@@ -11,11 +11,11 @@ episode in twelve) gets a handful of episodes per learner seed. Here each policy
         --num-envs 16 --episodes 16 --seed 7 --output s100.md
     python -m benchmarks.studies.condition_read static.json s100.json [...] --out read.md
 
-One episode per sub-env makes episode k of every run start from reset seed (seed, k); the read refuses files
+One episode per sub-env makes episode k of every run start from reset seed ``seed + k``; the read refuses files
 whose env, kwargs, sub-envs or seed differ, or that played more or fewer episodes than sub-envs. Each row is one
 policy (one learner seed): its mean difference to the baseline in test accuracy and return (points), with a
 Student-t 95% CI over the episodes (which holds the episodes' noise, not the training's: that shows only across
-rows), and its seeds' fates summed over the episodes.
+rows), its seeds' fates summed over the episodes and its episodes that a rollback ended.
 """
 
 from __future__ import annotations
@@ -30,13 +30,17 @@ from typing import Any
 from esper_agent.report import mean_ci95
 
 SETTINGS = ("env_id", "env_kwargs", "num_envs", "seed")
-FATES = ("planted", "fossilized", "pruned", "holding_timeouts")
+FATES = ("planted", "fossilized", "pruned", "holding_timeouts", "rolled_back")
 
 
 def load_run(path: Path) -> dict[str, Any]:
     """One ``esper_agent.evaluate`` results file, checked to hold one episode per sub-env."""
-    run = json.loads(path.read_text())
-    missing = [k for k in SETTINGS if k not in run]
+    try:
+        run = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: {error}; expected the .json that esper_agent.evaluate writes beside its "
+                         "--output (did that run finish?)") from None
+    missing = [k for k in (*SETTINGS, "policy", "episodes") if k not in run]
     if missing:
         raise ValueError(f"{path} lacks {missing}: expected a results file of esper_agent.evaluate")
     envs = sorted(e["env"] for e in run["episodes"])
@@ -63,7 +67,8 @@ def paired_row(reference: dict[str, Any], run: dict[str, Any], name: str) -> dic
     """``run`` minus ``reference``, episode by episode, in test accuracy and return (points)."""
     check_same_settings(reference, run, name)
     ours = {e["env"]: e for e in run["episodes"]}
-    row: dict[str, Any] = {"policy": name, "episodes": len(ours)}
+    row: dict[str, Any] = {"policy": name, "episodes": len(ours),
+                           "rollbacks": sum(bool(e["rollback"]) for e in run["episodes"])}
     for key, label in (("test_accuracy", "test"), ("episode_return", "return")):
         differences = [_points(ours[e["env"]], key) - _points(e, key) for e in reference["episodes"]]
         row[label] = mean_ci95(differences)  # an episode without the value (NaN) drops out
@@ -79,21 +84,23 @@ def read_table(reference: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str
     lines = [f"# Against {reference['policy']} on {reference['env_id']} {kwargs}, paired by reset seed",
              "",
              f"{reference['num_envs']} episodes per policy from reset seed {reference['seed']}; test accuracy and "
-             "return in points; the CIs are over episodes (the training's noise shows across policies only).",
+             "return in points; the CIs are over episodes (the training's noise shows across policies only); an "
+             "episode the env gave no value drops out of that column.",
              "",
              "| policy | episodes | test accuracy | − reference (95% CI) | return | − reference (95% CI) | "
-             "planted / kept / pruned (timed out) |",
-             "|---|---:|---:|---:|---:|---:|---|"]
+             "planted / kept / pruned (timed out) / rolled back | rollbacks |",
+             "|---|---:|---:|---:|---:|---:|---|---:|"]
     base_test = mean_ci95([_points(e, "test_accuracy") for e in reference["episodes"]])[0]
     base_return = mean_ci95([_points(e, "episode_return") for e in reference["episodes"]])[0]
+    rollbacks = sum(bool(e["rollback"]) for e in reference["episodes"])
     lines.append(f"| {reference['policy']} (reference) | {reference['num_envs']} | {_value(base_test)} | | "
-                 f"{_value(base_return)} | | |")
+                 f"{_value(base_return)} | | | {rollbacks} |")
     for r in rows:
         fates = r.get("fates")
         fate = "" if fates is None else (f"{fates['planted']} / {fates['fossilized']} / {fates['pruned']} "
-                                         f"({fates['holding_timeouts']})")
+                                         f"({fates['holding_timeouts']}) / {fates['rolled_back']}")
         lines.append(f"| {r['policy']} | {r['episodes']} | {_value(r['test_mean'])} | {_signed(*r['test'])} | "
-                     f"{_value(r['return_mean'])} | {_signed(*r['return'])} | {fate} |")
+                     f"{_value(r['return_mean'])} | {_signed(*r['return'])} | {fate} | {r['rollbacks']} |")
     return "\n".join(lines) + "\n"
 
 

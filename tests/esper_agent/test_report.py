@@ -210,6 +210,8 @@ def test_an_env_without_lifecycle_info_gets_the_table_only(tmp_path: Path, capsy
                           "--output", str(output), "--report-dir", str(folder)]) == 0
     assert output.exists() and not folder.exists()
     assert "no timelines or report" in capsys.readouterr().out
+    episodes = json.loads(output.with_suffix(".json").read_text())["episodes"]
+    assert len(episodes) == 3 and not any("seeds" in e for e in episodes)  # no timelines, no seed fates
 
 
 @pytest.mark.parametrize(("argv", "message"), [
