@@ -7,7 +7,10 @@
 # fresh machine (a later session): the slices resume across machines, not only between back-to-back calls.
 # Finished slices' trained policies go back in $OUT/trained.tgz.
 # ENV_ID=Esper-CIFAR10-v0 trains on the primary env (same budget and evaluation as the head-to-head); with several
-# GPUs, the seeds take them in turn.
+# GPUs, the seeds take them in turn from GPU_OFFSET (default 0). Two configurations at once on a 4-GPU machine,
+# each with its own $OUT subfolder (each call's paused.tgz then holds both configurations' paused slices):
+#   OUT=$OUT/a bash .stage/call_replay.sh 585 e3-defer-v0 '"defer_keep": true' &
+#   sleep 10; OUT=$OUT/b GPU_OFFSET=2 bash .stage/call_replay.sh 585 e3-v0 ''; wait   (the first unpacks paused.tgz)
 set -u
 [[ $1 =~ ^[0-9]+$ ]] || { echo "expected whole seconds, got '$1'"; exit 2; }
 export ESPER_DATA_DIR=$PWD/.stage/cifar ESPER_GIT_COMMIT=$(cat .stage/sha) ESPER_GIT_DIRTY=0
@@ -16,7 +19,7 @@ E3='"learning_rate": 0.001, "wait_prior": 1.0, "prune_prior": 2.0, "seed_group_s
 if [[ $# -ge 3 && -z $3 ]]; then KW="{$E3}"  # an empty third argument: e3 itself (a same-card rerun)
 else KW="{$E3, ${3:-\"replay_rollouts\": 8, \"target_kl\": 0.0}}"; fi
 LABEL=${2:-e3-replay8}
-mkdir -p .stage/replay/logs
+mkdir -p .stage/replay/logs "$OUT"
 # once per machine: a later call on the same machine carries the same tarball, older than the state it left
 if [[ -f .stage/paused.tgz && ! -f .stage/replay/.unpacked ]]; then
   tar xzf .stage/paused.tgz -C .stage && touch .stage/replay/.unpacked && echo "resumed: $(tar tzf .stage/paused.tgz | tr '\n' ' ')"
@@ -27,7 +30,8 @@ pids=()
 gpus=$(nvidia-smi -L | wc -l)
 i=0
 for s in ${SEEDS:-100 101}; do
-  gpu=$((i++ % gpus))  # here, not in the command's prefix: a background job expands that in its own subshell
+  # here, not in the command's prefix: a background job expands that in its own subshell
+  gpu=$(((${GPU_OFFSET:-0} + i++) % gpus))
   echo "== $(date -u +%FT%T) $KW limit $1" >> .stage/replay/logs/esper_agent-$LABEL-$s.log
   CUDA_VISIBLE_DEVICES=$gpu python -m benchmarks.compare_agents --env "${ENV_ID:-Esper-CIFAR10-Fast-v0}" --env-kwargs '{}' --budget-epochs 8000 \
       --eval-episodes 24 --eval-sampled --time-limit-s "$1" --eval-reserve-s "${EVAL_RESERVE_S:-150}" --agent-kwargs "$KW" \
