@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import write_or_print
 from esper_agent.report import mean_ci95
 
 SETTINGS = ("env_id", "env_kwargs", "num_envs", "seed")
@@ -119,17 +120,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("reference", type=Path, help="the baseline's results file (esper_agent.evaluate's .json)")
     parser.add_argument("runs", type=Path, nargs="+", help="the trained policies' results files, same settings")
-    parser.add_argument("--out", type=Path, default=None, help="also write the markdown table here")
+    parser.add_argument("--out", type=Path, default=None, help="write the markdown table here (default: print it)")
     args = parser.parse_args(argv)
     try:
         reference = load_run(args.reference)
         rows = [paired_row(reference, load_run(p), p.stem) for p in args.runs]
     except ValueError as error:
         parser.error(str(error))
-    table = read_table(reference, rows)
-    print(table, end="")
-    if args.out is not None:
-        args.out.write_text(table)
+    write_or_print(read_table(reference, rows), args.out)
     return 0
 
 

@@ -49,4 +49,5 @@ for name in "${names[@]}"; do
 done
 [[ ${#failed[@]} -eq 0 ]] || echo "no results from: ${failed[*]} (see their .log in $dir)"
 [[ -f "$dir/static.json" && ${#runs[@]} -ge 2 ]] || { echo "nothing to read: needs the seedling and a policy"; exit 1; }
-python -m benchmarks.studies.condition_read "${runs[@]}" --out "$dir/read.md" && [[ ${#failed[@]} -eq 0 ]]
+python -m benchmarks.studies.condition_read "${runs[@]}" --out "$dir/read.md" && cat "$dir/read.md" &&
+  [[ ${#failed[@]} -eq 0 ]]
