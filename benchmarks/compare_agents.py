@@ -110,10 +110,11 @@ TRAINED = "-trained"  # seed<k>.ckpt -> seed<k>-trained.ckpt: a finished slice's
 def retire_saved_state(arm: str, seed: int, folder: Path, keep: bool) -> list[Path]:
     """After a learning slice is written, delete its training state, or with ``keep`` rename the policy's files
     (esper_agent's checkpoint; MaskablePPO's model and normaliser statistics) to ``seed<k>-trained.*`` so that
-    the trained policy can be played again (``python -m esper_agent.evaluate --checkpoint``, ``MaskablePPO.load``)
-    and a rerun does not take it for a paused slice. The curve is in the slice, so its file goes either way. A
-    policy kept by an earlier run of the slice goes first: the files beside a slice are its own policy's or none.
-    Returns the kept files."""
+    the trained policy can be played again (``python -m esper_agent.evaluate --checkpoint``,
+    ``MaskablePPO.load``; one trained with ``"defer_keep": true`` in its ``sb3_kwargs`` through
+    ``Sb3Actor(defer_keep=True)``, under the masks it learned with) and a rerun does not take it for a paused
+    slice. The curve is in the slice, so its file goes either way. A policy kept by an earlier run of the slice
+    goes first: the files beside a slice are its own policy's or none. Returns the kept files."""
     for stale in folder.glob(f"seed{seed}{TRAINED}.*"):
         stale.unlink()
     kept = []

@@ -15,7 +15,10 @@ trains 8,320 of a budget of 8,000; the report's table shows what each learner tr
   env (running mean and variance of the observations; rewards scaled by the running std of the discounted return,
   with the model's gamma). Its statistics are saved beside the model (``seed<k>.vecnorm.pkl``) after every update
   and restored with it. Evaluation normalises the native env's observations with the statistics as training left
-  them, frozen (``training=False``, ``norm_reward=False``), for argmax and sampled actions alike.
+  them, frozen (``training=False``, ``norm_reward=False``), for argmax and sampled actions alike;
+* ``defer_keep`` (``true``; off when left out): esper_agent's ``AgentConfig.defer_keep`` prior for MaskablePPO,
+  FOSSILIZE only at a seed's keep deadline, in training (``esper_env.sb3.Sb3VecEnv(defer_keep=True)``) and
+  evaluation alike, so that a head-to-head can offer both learners the same prior.
 
 The empty object, the default, is the configuration the maskable arms always had: sb3-contrib's defaults, one
 episode per rollout, no normalisation.
@@ -65,8 +68,9 @@ SB3_KWARGS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "max_grad_norm": ("a number > 0", lambda v: _real(v) and v > 0),
     "rollout_episodes": ("an integer >= 1", lambda v: _whole(v) and v >= 1),
     "normalize": (f"null or one of {list(NORMALIZE)}", lambda v: v is None or v in NORMALIZE),
+    "defer_keep": ("true (off is the default: leave the key out)", lambda v: v is True),
 }
-OWN_KWARGS = ("rollout_episodes", "normalize")  # read here; every other key goes to MaskablePPO's constructor
+OWN_KWARGS = ("rollout_episodes", "normalize", "defer_keep")  # read here; the rest go to MaskablePPO's constructor
 
 
 def check_sb3_kwargs(kwargs: Any) -> dict[str, Any]:
@@ -100,7 +104,8 @@ def resolved_config(kwargs: dict[str, Any], max_epochs: int, num_envs: int) -> d
     given = model_kwargs(kwargs, max_epochs, num_envs)
     taken = [k for k in SB3_KWARGS if k not in OWN_KWARGS]
     return ({k: given.get(k, defaults[k].default) for k in taken}
-            | {"n_steps": given["n_steps"], "batch_size": given["batch_size"], "normalize": kwargs.get("normalize")})
+            | {"n_steps": given["n_steps"], "batch_size": given["batch_size"], "normalize": kwargs.get("normalize")}
+            | ({"defer_keep": True} if kwargs.get("defer_keep") else {}))  # off: absent, as before the option
 
 
 def state_paths(seed: int, folder: Path) -> list[Path]:
@@ -198,7 +203,9 @@ def train_maskable(args: argparse.Namespace, seed: int, folder: Path, settings: 
     curve: list[dict] = []
     clock = TrainingClock(args.time_limit_s, eval_reserve_s=args.eval_reserve_s, device=env_device(args.env_kwargs))
     # VecMonitor inside the normalisation: the curve's returns are the env's own
-    env = VecMonitor(make_sb3_env(args.env, args.num_envs, flatten, horizon=settings["horizon"], **args.env_kwargs))
+    defer_keep = kwargs.get("defer_keep", False)
+    env = VecMonitor(make_sb3_env(args.env, args.num_envs, flatten, horizon=settings["horizon"], defer_keep=defer_keep,
+                                  **args.env_kwargs))
     if saved.exists():
         model, record = _resume(paths, env, settings)
         curve = record["curve"]
@@ -228,6 +235,6 @@ def train_maskable(args: argparse.Namespace, seed: int, folder: Path, settings: 
                          f"epochs (the last rollout took {clock.last_step_s:.0f} s); state in {saved}")
     env.close()
     clock.pause_unless_evaluation_fits(f"{name} seed {seed}", saved)
-    actor = partial(Sb3Actor, model, flatten, config.num_slots, obs_norm=frozen(env))
+    actor = partial(Sb3Actor, model, flatten, config.num_slots, obs_norm=frozen(env), defer_keep=defer_keep)
     return Trained(actor(), curve, clock.total_s(), sampled_actor=actor(deterministic=False, seed=seed),
                    training_runs=clock.runs(model.num_timesteps))

@@ -102,6 +102,43 @@ def flat_action_mask(op_slot: np.ndarray, blueprints: np.ndarray | None = None,
     return np.concatenate(parts)
 
 
+def deadline_keeps(op_slot: np.ndarray, at_deadline: np.ndarray) -> np.ndarray:
+    """Where FOSSILIZE stays allowed under the deferred keep: the slots whose seed the env lets keep (``op_slot``,
+    ``(..., num_ops, num_slots)``) and that are at their keep deadline (``at_deadline``, ``(..., num_slots)``:
+    ``info["holding_steps_left"] == 1``). The deferred keep is a learner's prior, not the task's rule: esper_agent's
+    ``AgentConfig.defer_keep`` narrows its own masks so, and :class:`esper_env.sb3.Sb3VecEnv` MaskablePPO's."""
+    return np.asarray(op_slot, dtype=bool)[..., Op.FOSSILIZE, :] & np.asarray(at_deadline, dtype=bool)
+
+
+def defer_keep_flat(flat: np.ndarray, op_slot: np.ndarray, at_deadline: np.ndarray) -> np.ndarray:
+    """A copy of the per-head marginal masks ``flat`` (``(..., sum(nvec))``, :func:`flat_action_mask`'s layout)
+    whose op head allows FOSSILIZE only where some slot's seed may be kept at its deadline (:func:`deadline_keeps`).
+    The slot head stays the marginal over every op: :func:`early_keeps_as_wait` handles a FOSSILIZE paired with
+    another slot."""
+    narrowed = np.array(flat, dtype=bool)
+    narrowed[..., Op.FOSSILIZE] &= deadline_keeps(op_slot, at_deadline).any(axis=-1)
+    return narrowed
+
+
+def early_keeps_as_wait(actions: np.ndarray, op_slot: np.ndarray, at_deadline: np.ndarray) -> np.ndarray:
+    """A copy of native ``actions`` (int ``(num_envs, num_heads)``) in which each FOSSILIZE that the env would take
+    (``op_slot``, per sub-env) on a seed not yet at its keep deadline (``at_deadline``, per sub-env and slot) is a
+    WAIT. A per-head masker (MaskablePPO on MultiDiscrete) may pair FOSSILIZE, allowed for some slot at its
+    deadline, with another slot that the slot head's marginal allows; under the deferred keep that pairing must not
+    keep a seed early. Any other action, valid or not, is left for the env to judge."""
+    out = np.asarray(actions)
+    if out.dtype.kind not in "iu" or out.shape != (len(op_slot), len(Head)):
+        raise ValueError(f"actions of dtype {out.dtype} and shape {out.shape}; expected integers of shape "
+                         f"{(len(op_slot), len(Head))} (native heads, one row per sub-env)")
+    out = out.astype(np.int64)
+    slots = out[:, Head.SLOT]
+    rows = np.flatnonzero((out[:, Head.OP] == Op.FOSSILIZE) & (slots >= 0) & (slots < op_slot.shape[-1]))
+    early = rows[np.asarray(op_slot, dtype=bool)[rows, Op.FOSSILIZE, slots[rows]]
+                 & ~np.asarray(at_deadline, dtype=bool)[rows, slots[rows]]]
+    out[early, Head.OP] = Op.WAIT
+    return out
+
+
 def is_valid(action: np.ndarray, op_slot: np.ndarray, blueprints: np.ndarray | None = None,
              blends: np.ndarray | None = None) -> bool:
     """Whether one well-formed action is allowed: its op may target its slot and, for GERMINATE, ``blueprints``

@@ -67,7 +67,9 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvStepReturn
 
-from esper_env.wrappers import FlattenVectorActions
+from esper_env.masks import defer_keep_flat, early_keeps_as_wait
+from esper_env.spaces import Head
+from esper_env.wrappers import FlattenVectorActions, defer_keep_joint
 
 MASK_METHOD = "action_masks"  # the name sb3-contrib's get_action_masks and is_masking_supported look up
 Horizon = Literal["terminal", "truncated"]
@@ -87,9 +89,17 @@ class Sb3VecEnv(VecEnv):
         horizon: how an episode cut at ``max_epochs`` is reported (module docstring, "Horizon"): ``"truncated"``
             sets ``TimeLimit.truncated`` and SB3 bootstraps its last reward from V(final observation);
             ``"terminal"`` does not, so SB3 ends the return there, as esper_agent does by default.
+        defer_keep: the learner's prior of esper_agent's ``AgentConfig.defer_keep``: ``action_masks`` allow
+            FOSSILIZE only on a seed at its keep deadline (``info["holding_steps_left"] == 1``,
+            :func:`esper_env.masks.deadline_keeps`). Flattened, the joint masks stay exact, and the prior holds
+            through them alone (an index they forbid is stepped as the env takes it). On the native heads the op
+            head allows FOSSILIZE where some seed is at its deadline, and a FOSSILIZE paired with a slot whose seed
+            could still wait is stepped as WAIT (:func:`esper_env.masks.early_keeps_as_wait`), which
+            ``info["early_keep_waited"]`` then says. ``info["action_mask"]`` stays the env's own.
     """
 
-    def __init__(self, venv: VectorEnv, flatten: bool = False, horizon: Horizon = "truncated") -> None:
+    def __init__(self, venv: VectorEnv, flatten: bool = False, horizon: Horizon = "truncated",
+                 defer_keep: bool = False) -> None:
         if not isinstance(venv, VectorEnv):
             raise TypeError(f"venv is a {type(venv).__name__}; expected a gymnasium.vector.VectorEnv")
         if horizon not in HORIZONS:
@@ -98,13 +108,15 @@ class Sb3VecEnv(VecEnv):
         if mode not in (AutoresetMode.DISABLED, AutoresetMode.SAME_STEP):
             raise ValueError(f"venv has autoreset_mode={mode.value!r}; expected 'Disabled' (make_sb3_env's "
                              "choice) or 'SameStep', because SB3 resets a finished sub-env within the same step")
-        self.flatten, self._mode, self.horizon = bool(flatten), mode, horizon
+        self.flatten, self._mode, self.horizon, self.defer_keep = bool(flatten), mode, horizon, bool(defer_keep)
         self.venv: VectorEnv = FlattenVectorActions(venv) if flatten else venv
         space = self.venv.single_action_space
         if not isinstance(space, gym.spaces.Discrete | gym.spaces.MultiDiscrete):
             raise ValueError(f"single action space {space}; expected Discrete or MultiDiscrete (MaskablePPO)")
         width = int(space.n) if isinstance(space, gym.spaces.Discrete) else int(np.sum(space.nvec))
         self._masks = np.ones((venv.num_envs, width), dtype=bool)  # replaced by the first reset's masks
+        self._keep_rules: tuple[np.ndarray, np.ndarray] | None = None  # (op_slot, at_deadline) under defer_keep
+        self._waited = np.zeros(venv.num_envs, dtype=bool)  # the sub-envs whose early keep this step is a WAIT
         self._actions: np.ndarray | None = None
         super().__init__(venv.num_envs, venv.single_observation_space, space)
 
@@ -137,6 +149,13 @@ class Sb3VecEnv(VecEnv):
 
     def step_async(self, actions: np.ndarray) -> None:
         self._actions = np.asarray(actions)
+        self._waited = np.zeros(self.num_envs, dtype=bool)
+        native = (not self.flatten and self._actions.dtype.kind in "iu"
+                  and self._actions.shape == (self.num_envs, len(Head)))  # anything else is the env's to refuse
+        if self.defer_keep and native and self._keep_rules is not None:
+            deferred = early_keeps_as_wait(self._actions, *self._keep_rules)
+            self._waited = deferred[:, Head.OP] != self._actions[:, Head.OP]
+            self._actions = deferred
 
     def step_wait(self) -> VecEnvStepReturn:
         if self._actions is None:
@@ -153,6 +172,8 @@ class Sb3VecEnv(VecEnv):
         for i in range(self.num_envs):
             # Set for every sub-env, as SB3's DummyVecEnv does; PPO bootstraps the value where it is True.
             infos[i]["TimeLimit.truncated"] = bool(cut[i])
+            if self.defer_keep:
+                infos[i]["early_keep_waited"] = bool(self._waited[i])
             if dones[i]:
                 infos[i]["terminal_observation"] = terminal[i]
         self._masks = self._stack_masks(infos)
@@ -187,7 +208,28 @@ class Sb3VecEnv(VecEnv):
                 raise ValueError(f"info['action_mask'] of sub-env {i} is {mask!r}; expected a bool array of shape "
                                  f"{self._masks.shape[1:]} from the native Esper vector env")
             rows.append(np.asarray(mask, dtype=bool))
-        return np.stack(rows)
+        masks = np.stack(rows)
+        return self._deferred(masks, infos) if self.defer_keep else masks
+
+    def _deferred(self, masks: np.ndarray, infos: list[dict[str, Any]]) -> np.ndarray:
+        """``masks`` with FOSSILIZE only at each seed's keep deadline; keeps each sub-env's op/slot mask and
+        deadlines for :meth:`step_async`."""
+        op_slots, deadlines = [], []
+        for i, row in enumerate(infos):
+            missing = [k for k in ("op_slot_mask", "holding_steps_left") if k not in row]
+            if missing:
+                raise ValueError(f"info of sub-env {i} lacks {missing}; defer_keep needs each slot's keep deadline "
+                                 "from an Esper env that reports it (or defer_keep=False)")
+            op_slot, left = np.asarray(row["op_slot_mask"], dtype=bool), np.asarray(row["holding_steps_left"])
+            if left.shape != op_slot.shape[-1:]:
+                raise ValueError(f"info['holding_steps_left'] of sub-env {i} has shape {left.shape}; expected "
+                                 f"{op_slot.shape[-1:]}, one count per slot")
+            op_slots.append(op_slot)
+            deadlines.append(left == 1)
+        self._keep_rules = (np.stack(op_slots), np.stack(deadlines))
+        if self.flatten:
+            return defer_keep_joint(masks, self._keep_rules[1])
+        return defer_keep_flat(masks, *self._keep_rules)
 
     # --- masks and attributes -------------------------------------------------------------------------------
     def action_masks(self) -> np.ndarray:
@@ -272,15 +314,15 @@ def _row(info: dict[str, Any], i: int) -> dict[str, Any]:
 
 
 def make_sb3_env(env_id: str, num_envs: int, flatten: bool, seed: int | None = None,
-                 horizon: Horizon = "truncated", **env_kwargs: Any) -> Sb3VecEnv:
+                 horizon: Horizon = "truncated", defer_keep: bool = False, **env_kwargs: Any) -> Sb3VecEnv:
     """Build ``gym.make_vec(env_id, num_envs, autoreset_mode="Disabled", **env_kwargs)`` behind :class:`Sb3VecEnv`.
 
-    ``seed`` seeds the first ``reset()`` (sub-env ``i`` gets ``seed + i``, SB3's convention); ``horizon`` is
-    :class:`Sb3VecEnv`'s (``"terminal"`` for no bootstrap at ``max_epochs``); ``env_kwargs`` are
+    ``seed`` seeds the first ``reset()`` (sub-env ``i`` gets ``seed + i``, SB3's convention); ``horizon`` and
+    ``defer_keep`` are :class:`Sb3VecEnv`'s (``"terminal"`` for no bootstrap at ``max_epochs``); ``env_kwargs`` are
     :class:`esper_env.config.EnvConfig` fields and may override ``autoreset_mode`` with ``"SameStep"``.
     """
     venv = gym.make_vec(env_id, num_envs=num_envs, **{"autoreset_mode": "Disabled", **env_kwargs})
-    adapter = Sb3VecEnv(venv, flatten=flatten, horizon=horizon)
+    adapter = Sb3VecEnv(venv, flatten=flatten, horizon=horizon, defer_keep=defer_keep)
     if seed is not None:
         adapter.seed(seed)
     return adapter

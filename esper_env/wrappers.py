@@ -63,6 +63,16 @@ def joint_masks(op_slot: np.ndarray, blueprint_mask: np.ndarray | None = None,
                      for i, m in enumerate(op_slot)])
 
 
+def defer_keep_joint(masks: np.ndarray, at_deadline: np.ndarray) -> np.ndarray:
+    """The joint masks ``masks`` (``(..., J)``, :func:`joint_mask`'s) with each FOSSILIZE index allowed only where
+    its slot's seed is at its keep deadline (``at_deadline``, ``(..., num_slots)``): still exact under the deferred
+    keep (:func:`esper_env.masks.deadline_keeps`)."""
+    deadline = np.asarray(at_deadline, dtype=bool)
+    table = joint_actions(deadline.shape[-1])
+    allowed = (table[:, Head.OP] != Op.FOSSILIZE) | deadline[..., table[:, Head.SLOT]]
+    return np.asarray(masks, dtype=bool) & allowed
+
+
 class FlattenActions(gym.ActionWrapper):
     """Single-env wrapper: ``Discrete(J)`` actions; ``action_masks()`` and ``info["action_mask"]`` are exact."""
 
