@@ -15,7 +15,8 @@ One episode per sub-env makes episode k of every run start from reset seed ``see
 whose env, kwargs, sub-envs or seed differ, or that played more or fewer episodes than sub-envs. Each row is one
 policy (one learner seed): its mean difference to the baseline in test accuracy and return (points), with a
 Student-t 95% CI over the episodes (which holds the episodes' noise, not the training's: that shows only across
-rows), its seeds' fates summed over the episodes and its episodes that a rollback ended.
+rows), its seeds' fates per episode (as ``benchmarks.studies.pilot_paired`` counts them) and its episodes that a
+rollback ended.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import write_or_print
+from benchmarks.studies.pilot_paired import fate_cell
 from esper_agent.report import mean_ci95
 
 SETTINGS = ("env_id", "env_kwargs", "num_envs", "seed")
-FATES = ("planted", "fossilized", "pruned", "holding_timeouts", "rolled_back")
 
 
 def load_run(path: Path) -> dict[str, Any]:
@@ -68,15 +69,18 @@ def paired_row(reference: dict[str, Any], run: dict[str, Any], name: str) -> dic
     """``run`` minus ``reference``, episode by episode, in test accuracy and return (points)."""
     check_same_settings(reference, run, name)
     ours = {e["env"]: e for e in run["episodes"]}
-    row: dict[str, Any] = {"policy": name, "episodes": len(ours),
-                           "rollbacks": sum(bool(e["rollback"]) for e in run["episodes"])}
+    row: dict[str, Any] = {"policy": name, "episodes": len(ours), "rollbacks": _rollbacks(run)}
     for key, label in (("test_accuracy", "test"), ("episode_return", "return")):
         differences = [_points(ours[e["env"]], key) - _points(e, key) for e in reference["episodes"]]
         row[label] = mean_ci95(differences)  # an episode without the value (NaN) drops out
         row[f"{label}_mean"] = mean_ci95([_points(e, key) for e in run["episodes"]])[0]
-    if all("seeds" in e for e in run["episodes"]):
-        row["fates"] = {k: sum(e["seeds"][k] for e in run["episodes"]) for k in FATES}
+    if all("seeds" in e for e in run["episodes"]):  # esper_agent.evaluate records them where the env has timelines
+        row["fates"] = fate_cell(run["episodes"])
     return row
+
+
+def _rollbacks(run: dict[str, Any]) -> int:
+    return sum(bool(e["rollback"]) for e in run["episodes"])
 
 
 def read_table(reference: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
@@ -89,19 +93,16 @@ def read_table(reference: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str
              "episode the env gave no value drops out of that column.",
              "",
              "| policy | episodes | test accuracy | − reference (95% CI) | return | − reference (95% CI) | "
-             "planted / kept / pruned (timed out) / rolled back | rollbacks |",
+             "seeds kept / pruned / let go per episode | rollbacks |",
              "|---|---:|---:|---:|---:|---:|---|---:|"]
     base_test = mean_ci95([_points(e, "test_accuracy") for e in reference["episodes"]])[0]
     base_return = mean_ci95([_points(e, "episode_return") for e in reference["episodes"]])[0]
-    rollbacks = sum(bool(e["rollback"]) for e in reference["episodes"])
     lines.append(f"| {reference['policy']} (reference) | {reference['num_envs']} | {_value(base_test)} | | "
-                 f"{_value(base_return)} | | | {rollbacks} |")
+                 f"{_value(base_return)} | | | {_rollbacks(reference)} |")
     for r in rows:
-        fates = r.get("fates")
-        fate = "" if fates is None else (f"{fates['planted']} / {fates['fossilized']} / {fates['pruned']} "
-                                         f"({fates['holding_timeouts']}) / {fates['rolled_back']}")
         lines.append(f"| {r['policy']} | {r['episodes']} | {_value(r['test_mean'])} | {_signed(*r['test'])} | "
-                     f"{_value(r['return_mean'])} | {_signed(*r['return'])} | {fate} | {r['rollbacks']} |")
+                     f"{_value(r['return_mean'])} | {_signed(*r['return'])} | {r.get('fates', '')} | "
+                     f"{r['rollbacks']} |")
     return "\n".join(lines) + "\n"
 
 

@@ -168,7 +168,8 @@ class _Model:
     def predict(self, obs, action_masks, deterministic):
         self.masks = action_masks
         if self.flatten:
-            return np.full(len(obs), np.flatnonzero((TABLE[:, Head.OP] == Op.FOSSILIZE) & (TABLE[:, 1] == 0))[0]), None
+            keep_slot0 = np.flatnonzero((TABLE[:, Head.OP] == Op.FOSSILIZE) & (TABLE[:, Head.SLOT] == 0))[0]
+            return np.full(len(obs), keep_slot0), None
         action = np.zeros((len(obs), len(Head)), np.int64)
         action[:, [Head.OP, Head.SLOT]] = Op.FOSSILIZE, 0
         return action, None
