@@ -5,7 +5,8 @@
 # [ENV_ID=Esper-CIFAR10-Fast-v0] [SEEDS="100 101"] [EVAL_RESERVE_S=150] bash .stage/call_replay.sh LIMIT_S [LABEL EXTRA_KWARGS] (EXTRA_KWARGS '' runs e3 itself; each slice pauses at the first update after which another would pass LIMIT_S).
 # A paused slice's training state goes back in $OUT/paused.tgz; carried in as .stage/paused.tgz, it continues on a
 # fresh machine (a later session): the slices resume across machines, not only between back-to-back calls.
-# Finished slices' trained policies go back in $OUT/trained.tgz.
+# Finished slices' trained policies go back in $OUT/trained.tgz. Before committing a returned paused.tgz over the
+# last one: python -m benchmarks.studies.paused_progress <it> --against <the committed one> (refuses a step back).
 # ENV_ID=Esper-CIFAR10-v0 trains on the primary env (same budget and evaluation as the head-to-head); with several
 # GPUs, the seeds take them in turn from GPU_OFFSET (default 0). Two configurations at once on a 4-GPU machine,
 # each with its own $OUT subfolder (each call's paused.tgz then holds both configurations' paused slices):
