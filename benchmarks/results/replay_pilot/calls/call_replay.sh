@@ -12,6 +12,8 @@
 # each with its own $OUT subfolder (each call's paused.tgz then holds both configurations' paused slices):
 #   OUT=$OUT/a bash .stage/call_replay.sh 585 e3-defer-v0 '"defer_keep": true' &
 #   sleep 10; OUT=$OUT/b GPU_OFFSET=2 bash .stage/call_replay.sh 585 e3-v0 ''; wait   (the first unpacks paused.tgz)
+# The paused.tgz written last then holds both configurations' newest state: commit that one, checked with
+# paused_progress <it> --against <the other>.
 set -u
 [[ $1 =~ ^[0-9]+$ ]] || { echo "expected whole seconds, got '$1'"; exit 2; }
 export ESPER_DATA_DIR=$PWD/.stage/cifar ESPER_GIT_COMMIT=$(cat .stage/sha) ESPER_GIT_DIRTY=0
