@@ -24,6 +24,7 @@ from gymnasium.vector import AutoresetMode
 
 from esper_agent.distributions import ActionMasks
 from esper_env import spaces
+from esper_env.masks import at_keep_deadline
 from esper_env.spaces import Head, Op
 
 TELEMETRY_KEYS = ("invalid_action", "executed_op", "val_accuracy", "seed_params", "rollback", "test_accuracy",
@@ -212,7 +213,7 @@ class VectorEnvDriver:
         if left.shape != (self.num_envs, self.num_slots):
             raise ValueError(f"info['holding_steps_left'] has shape {left.shape}; expected "
                              f"{(self.num_envs, self.num_slots)}")
-        return left == 1
+        return at_keep_deadline(left)
 
     def validate(self, masks: ActionMasks, rows: np.ndarray) -> None:
         """Raise unless every sub-env in ``rows`` has a valid op and non-empty masks for the heads it reads."""

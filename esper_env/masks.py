@@ -102,10 +102,16 @@ def flat_action_mask(op_slot: np.ndarray, blueprints: np.ndarray | None = None,
     return np.concatenate(parts)
 
 
+def at_keep_deadline(holding_steps_left: np.ndarray) -> np.ndarray:
+    """Where a HOLDING seed is at its keep deadline, from ``info["holding_steps_left"]`` (any shape): 1 means
+    FOSSILIZE now or never, since the holding timeout prunes the seed after this step."""
+    return np.asarray(holding_steps_left) == 1
+
+
 def deadline_keeps(op_slot: np.ndarray, at_deadline: np.ndarray) -> np.ndarray:
     """Where FOSSILIZE stays allowed under the deferred keep: the slots whose seed the env lets keep (``op_slot``,
-    ``(..., num_ops, num_slots)``) and that are at their keep deadline (``at_deadline``, ``(..., num_slots)``:
-    ``info["holding_steps_left"] == 1``). The deferred keep is a learner's prior, not the task's rule: esper_agent's
+    ``(..., num_ops, num_slots)``) and that are at their keep deadline (``at_deadline``, ``(..., num_slots)``,
+    :func:`at_keep_deadline`). The deferred keep is a learner's prior, not the task's rule: esper_agent's
     ``AgentConfig.defer_keep`` narrows its own masks so, and :class:`esper_env.sb3.Sb3VecEnv` MaskablePPO's."""
     return np.asarray(op_slot, dtype=bool)[..., Op.FOSSILIZE, :] & np.asarray(at_deadline, dtype=bool)
 

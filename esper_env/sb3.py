@@ -67,7 +67,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnv, VecEnvIndices, VecEnvStepReturn
 
-from esper_env.masks import defer_keep_flat, early_keeps_as_wait
+from esper_env.masks import at_keep_deadline, defer_keep_flat, early_keeps_as_wait
 from esper_env.spaces import Head
 from esper_env.wrappers import FlattenVectorActions, defer_keep_joint
 
@@ -225,7 +225,7 @@ class Sb3VecEnv(VecEnv):
                 raise ValueError(f"info['holding_steps_left'] of sub-env {i} has shape {left.shape}; expected "
                                  f"{op_slot.shape[-1:]}, one count per slot")
             op_slots.append(op_slot)
-            deadlines.append(left == 1)
+            deadlines.append(at_keep_deadline(left))
         self._keep_rules = (np.stack(op_slots), np.stack(deadlines))
         if self.flatten:
             return defer_keep_joint(masks, self._keep_rules[1])
