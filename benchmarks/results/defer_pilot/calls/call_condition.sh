@@ -6,16 +6,24 @@
 # (.stage/replay/Esper-CIFAR10-v0/esper_agent-LABEL/seed<k>-trained.ckpt) or in its trained.tgz, carried in as
 # .stage/trained.tgz on a fresh machine. Usage:
 # [CONDITION=pool5k-noise40] [EPISODES=12] [RESET_SEED=1000003] [RUN_LIMIT_S=540] bash .stage/call_condition.sh LABEL
-# Writes $OUT/LABEL/CONDITION/: static.{md,json,log}, seed<k>.{md,json,log}, the reports (report.md, episodes.json),
-# read.md, provenance.txt and gpu.log. The runs play side by side; each is cut at RUN_LIMIT_S (its results are
-# written only at its end). Exits non-zero if any run failed; the read then covers the runs that finished.
+# Writes .stage/condition/LABEL/CONDITION/: static.{md,json,log}, seed<k>.{md,json,log}, the reports (report.md,
+# episodes.json), read.md, provenance.txt and gpu.log, and hands them back packed as $OUT/condition.tgz (unpacks to
+# LABEL/CONDITION/), with read.md beside it: the device returns at most 8 files from $OUT. The runs play side by
+# side; each is cut at RUN_LIMIT_S (its results are written only at its end). Exits non-zero if any run failed; the
+# read then covers the runs that finished.
 set -u
 [[ $# -eq 1 ]] || { echo "expected one label, e.g. e3-defer-v0"; exit 2; }
 export ESPER_DATA_DIR=$PWD/.stage/cifar PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 [[ -f .stage/trained.tgz ]] && tar xzf .stage/trained.tgz -C .stage
 cond=${CONDITION:-pool5k-noise40} n=${EPISODES:-12} reset_seed=${RESET_SEED:-1000003} limit=${RUN_LIMIT_S:-540}
-dir="$OUT/$1/$cond"
-mkdir -p "$dir"
+dir=.stage/condition/$1/$cond
+mkdir -p "$dir" "$OUT"
+# on every exit, the results go back in one tarball (a run that failed leaves its log)
+pack() {
+  tar czf "$OUT/condition.tgz" -C .stage/condition "$1/$cond"
+  [[ ! -f "$dir/read.md" ]] || cp "$dir/read.md" "$OUT/"
+}
+trap 'pack "$1"' EXIT
 shopt -s nullglob
 policies=(.stage/replay/Esper-CIFAR10-v0/"esper_agent-$1"/seed*-trained.ckpt)
 [[ ${#policies[@]} -gt 0 ]] || { echo "no trained policies in .stage/replay/Esper-CIFAR10-v0/esper_agent-$1"; exit 2; }
