@@ -1,10 +1,9 @@
 """How many PPO updates does esper_agent need to read a hidden condition? A toy with Esper's interface, in seconds.
 
-On the head-to-head's pilot and on a CPU stand-in with a hidden mixture, no esper_agent policy grew by the
-condition within the campaign's 50 updates (docs/experiments/2026-11-29-h2h-v2-pilot.md), and an audit of the
-agent (group baseline, normalisers, GAE, the pairing of observations, actions and masks) found no bug. This toy
-asks only whether, and how fast, the whole agent (``esper_agent.trainer.Trainer``: rollouts, seed groups,
-normalisers, PPO) learns a growth decision that depends on a condition it is not told:
+On the head-to-head's pilot no esper_agent policy grew by the condition within the campaign's 50 updates
+(docs/experiments/2026-11-29-h2h-v2-pilot.md). This toy asks whether, and how fast, the whole agent
+(``esper_agent.trainer.Trainer``) learns a growth decision that depends on a condition it is not told
+(``benchmarks.studies.shaped_condition`` gives it the task's twelve conditions):
 
 - an episode is ``horizon`` steps of one slot; its reset seed draws the condition, half "pays", half "costs"
   (``costing`` = ``(share, gain)`` sets another share of "costs", e.g. 1/12 for one condition in the
@@ -28,12 +27,11 @@ normalisers, PPO) learns a growth decision that depends on a condition it is not
   fossilized, pruned), and ``info["holding_steps_left"]`` counts the steps at which FOSSILIZE may still keep it,
   as on Esper (``AgentConfig.defer_keep`` reads it).
 
-Without ``undo`` the best policy waits until ``reveal`` and then grows only where it pays; with it, it plants at
-once, waits until ``reveal`` and fossilizes where it pays and prunes where it costs. The action space, the masks in
-``info`` and the autoreset are Esper's, so nothing in the agent is special-cased. A run *reads the condition*
-at the first check where its argmax policy grows (at any step) in at least ``READ`` of the held-out "pays"
-episodes and at most ``1 - READ`` of the "costs" ones (64 episodes on reset seeds 1,000,000 on; training resets
-come from hashed seeds, so an overlap is possible but was not there for the committed runs).
+Without ``undo`` the best policy waits until ``reveal`` and grows only where it pays; with it, it plants at once
+and from ``reveal`` on keeps where it pays and prunes where it costs. Action space, masks and autoreset are Esper's.
+A run *reads the condition* at the first check where its argmax policy grows (at any step) in at least ``READ`` of
+the held-out "pays" episodes and at most ``1 - READ`` of the "costs" ones (64 episodes on reset seeds 1,000,000
+on; training resets come from hashed seeds, so an overlap is possible but was not there for the committed runs).
 
     python -m benchmarks.studies.hidden_condition --updates 300 --seeds 0-4 \\
         --config b '{"learning_rate": 0.001, "wait_prior": 1.0, "prune_prior": 2.0, "seed_group_size": 4}' \\
@@ -41,8 +39,7 @@ come from hashed seeds, so an overlap is possible but was not there for the comm
 
 Each (configuration, seed) appends one JSON line (its checks); the table is rebuilt from every line in the file
 (without ``--config`` it only rebuilds the table). ``--paired-against LABEL`` also prints each other label's first
-read minus LABEL's, paired by training seed with a Student-t 95% CI, e.g. ``--out
-benchmarks/results/hidden_condition/skip-window.jsonl --paired-against e3`` for ``lstm_skip``'s −35 ± 13 updates.
+read minus LABEL's, paired by training seed with a Student-t 95% CI (``skip-window.jsonl``: ``lstm_skip``'s −35).
 """
 
 from __future__ import annotations
@@ -95,28 +92,37 @@ class HiddenConditionEnv(VectorEnv):
             raise ValueError(f"undo={undo}: expected (hold_from >= 0, max_hold >= 1)")
         self.num_envs, self.max_epochs, self.reveal = num_envs, horizon, reveal
         self.cost, self.luck_std = cost, luck_std
+        self.chance, self.top = CHANCE, TOP
+        self.pays_by_condition = np.array([True, False])  # per condition: whether kept growth pays there
         self.undo, self.hold_from, self.max_hold = undo is not None, hold_from, max_hold
         self.costs_share = None if costing is None else costing[0]
         self.gain = GAIN if costing is None else np.array([GAIN[0], costing[1]])
         self.pbrs_weight, self.pbrs_gamma = 0.0, None  # no shaping (esper_agent.contracts reads these)
         self.single_action_space = spaces.action_space(1)
-        width = 3 if undo is None else 5  # [progress, accuracy, grown] or [..., live, fossilized, pruned]
-        self.single_observation_space = gym.spaces.Box(-1.0, 2.0, (width,), np.float32)  # accuracy + luck may pass 1
-        self.action_space = batch_space(self.single_action_space, num_envs)
-        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self._set_observation_width(1)
         self.condition, self.luck = np.zeros(num_envs, np.int64), np.zeros(num_envs)
         self.step_index, self.grown_at = np.zeros(num_envs, np.int64), np.full(num_envs, -1)
         self.fossilized, self.pruned = np.zeros(num_envs, bool), np.zeros(num_envs, bool)
         self.accuracy, self.ended = np.zeros(num_envs), np.zeros(num_envs, bool)
         self._rngs = [np.random.default_rng(i) for i in range(num_envs)]
 
+    def _set_observation_width(self, seen: int) -> None:
+        """[progress, ``seen`` columns of the condition, grown] or, with ``undo``, [..., live, fossilized, pruned]."""
+        width = 1 + seen + (1 if not self.undo else 3)
+        self.single_observation_space = gym.spaces.Box(-1.0, 2.0, (width,), np.float32)  # accuracy + luck may pass 1
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+
+    def _draw_condition(self, rng: np.random.Generator) -> int:
+        # without costing, the fair draw every earlier run made (the same episodes)
+        return int(rng.integers(2) if self.costs_share is None else rng.random() < self.costs_share)
+
     def _start(self, i: int) -> None:
-        rng = self._rngs[i]  # without costing, the fair draw every earlier run made (the same episodes)
-        self.condition[i] = rng.integers(2) if self.costs_share is None else rng.random() < self.costs_share
+        self.condition[i] = self._draw_condition(self._rngs[i])
         self.luck[i] = self._rngs[i].normal(0.0, self.luck_std)
         self.step_index[i], self.grown_at[i] = 0, -1
         self.fossilized[i], self.pruned[i] = False, False
-        self.accuracy[i], self.ended[i] = CHANCE[self.condition[i]], False
+        self.accuracy[i], self.ended[i] = self.chance[self.condition[i]], False
 
     def kept(self, index: int | slice = slice(None)) -> np.ndarray:
         """Per sub-env (or for sub-env ``index``), whether its growth counts: planted, or with ``undo``
@@ -130,15 +136,19 @@ class HiddenConditionEnv(VectorEnv):
 
     def _accuracy_after(self, i: int, t: int) -> float:
         c = self.condition[i]
-        value = CHANCE[c] + (TOP[c] - CHANCE[c]) * (1 - 0.5 ** (t + 1)) + self.luck[i]
+        value = self.chance[c] + (self.top[c] - self.chance[c]) * (1 - 0.5 ** (t + 1)) + self.luck[i]
         if t == self.max_epochs - 1 and self.kept(i):  # growth shows in the final accuracy
             value += self.gain[c] * (self.max_epochs - self.grown_at[i]) / self.max_epochs
         return value
 
+    def _seen(self) -> np.ndarray:
+        """What the condition shows, one column per feature: here the accuracy, from ``reveal`` on."""
+        return np.where(self.step_index >= self.reveal, self.accuracy, SENTINEL)[:, None]
+
     def _obs(self) -> np.ndarray:
-        shown = np.where(self.step_index >= self.reveal, self.accuracy, SENTINEL)
         seed = [self.live(), self.fossilized, self.pruned] if self.undo else [self.grown_at >= 0]
-        return np.stack([self.step_index / self.max_epochs, shown, *seed], 1).astype(np.float32)
+        columns = [self.step_index / self.max_epochs, *self._seen().T, *seed]
+        return np.stack(columns, 1).astype(np.float32)
 
     def _info(self) -> dict[str, Any]:
         sizes = spaces.head_sizes(1)
@@ -196,17 +206,20 @@ class HiddenConditionEnv(VectorEnv):
         return self._obs(), reward, np.zeros(self.num_envs, bool), truncated, self._info()
 
 
-def greedy_read(trainer: Trainer, env_kwargs: dict[str, Any]) -> dict[str, float]:
-    """The trainer's argmax policy on held-out episodes: per condition, the share that ended grown (with ``undo``:
-    fossilized) and the mean return."""
-    env = HiddenConditionEnv(num_envs=EVAL_EPISODES, **env_kwargs)
+Toy = type[HiddenConditionEnv]  # the toy a study trains on: this module's or a subclass
+
+
+def greedy_read(trainer: Trainer, env_kwargs: dict[str, Any], toy: Toy) -> dict[str, float]:
+    """The trainer's argmax policy on held-out episodes: where growth pays and where it costs, the share that ended
+    grown (with ``undo``: fossilized) and the mean return."""
+    env = toy(num_envs=EVAL_EPISODES, **env_kwargs)
     actor = PolicyActor(trainer.policy, trainer.obs_norm, deterministic=True)
     records = run_episodes(VectorEnvDriver(env), actor, EVAL_EPISODES, EVAL_SEED)  # one per sub-env, by sub-env
     returns = np.array([r.episode_return for r in records])
     grew = env.kept()  # the episodes just ended; NEXT_STEP autoreset has not restarted them
     read = {"return": float(returns.mean())}
-    for c, name in enumerate(CONDITIONS):
-        rows = env.condition == c
+    pays = env.pays_by_condition[env.condition]
+    for name, rows in zip(CONDITIONS, (pays, ~pays), strict=True):
         read[f"grows_{name}"], read[f"return_{name}"] = float(grew[rows].mean()), float(returns[rows].mean())
     return read
 
@@ -216,29 +229,32 @@ def reads_condition(check: dict[str, float]) -> bool:
 
 
 def train_and_check(label: str, overrides: dict[str, Any], seed: int, updates: int, check_every: int,
-                    env_kwargs: dict[str, Any], num_envs: int = 8) -> dict[str, Any]:
-    """Train one configuration from scratch and read its argmax policy every ``check_every`` updates."""
-    env = HiddenConditionEnv(num_envs=num_envs, **env_kwargs)
+                    env_kwargs: dict[str, Any], num_envs: int = 8, toy: Toy | None = None) -> dict[str, Any]:
+    """Train one configuration from scratch on ``toy`` (this module's by default) and read its argmax policy
+    every ``check_every`` updates."""
+    toy = toy or HiddenConditionEnv
+    env = toy(num_envs=num_envs, **env_kwargs)
     config = AgentConfig(**{"rollout_steps": env.max_epochs, **overrides})
     trainer, checks = Trainer(env, config, seed=seed, total_updates=updates), []
     for metrics in trainer.train():
         update = int(metrics["update"])
         if update % check_every == 0 or update == updates:
             checks.append({"update": update, "entropy_op": float(metrics["entropy/op"]),
-                           **greedy_read(trainer, env_kwargs)})
+                           **greedy_read(trainer, env_kwargs, toy)})
     first = next((c["update"] for c in checks if reads_condition(c)), None)
     return {"label": label, "agent_kwargs": overrides, "seed": seed, "updates": updates, "num_envs": num_envs,
-            "env_kwargs": env_kwargs, "first_read": first, "reads_at_end": reads_condition(checks[-1]),
-            "checks": checks, **run_stamp()}
+            "toy": toy.__name__, "env_kwargs": env_kwargs, "first_read": first,
+            "reads_at_end": reads_condition(checks[-1]), "checks": checks, **run_stamp()}
 
 
-def fixed_returns(env_kwargs: dict[str, Any]) -> dict[str, float]:
+def fixed_returns(env_kwargs: dict[str, Any], toy: Toy | None = None) -> dict[str, float]:
     """Mean return on the held-out episodes of always-WAIT, of growing at the first step GERMINATE is allowed
     (``blind_step``) whatever the condition (``blind``; with ``undo``, fossilized as soon as allowed), and of the
     oracle: without ``undo`` it grows at the first allowed step from ``reveal`` on where it pays and never where it
     costs; with it, it plants at the first allowed step and, from ``reveal`` on, fossilizes where it pays and
     prunes where it costs."""
-    probe = HiddenConditionEnv(num_envs=1, **env_kwargs)
+    toy = toy or HiddenConditionEnv
+    probe = toy(num_envs=1, **env_kwargs)
     first, last = probe.grow_window
     informed = max(first, probe.reveal) if max(first, probe.reveal) <= last else None
 
@@ -247,15 +263,17 @@ def fixed_returns(env_kwargs: dict[str, Any]) -> dict[str, float]:
 
     def oracle(t: int, c: int, allowed: np.ndarray) -> int:
         if not probe.undo:
-            return Op.GERMINATE if c == 0 and t == informed else Op.WAIT
+            return Op.GERMINATE if probe.pays_by_condition[c] and t == informed else Op.WAIT
         if allowed[Op.GERMINATE] or t < probe.reveal:
             return Op.GERMINATE if allowed[Op.GERMINATE] else Op.WAIT
-        return Op.PRUNE if c == 1 and allowed[Op.PRUNE] else Op.FOSSILIZE if allowed[Op.FOSSILIZE] else Op.WAIT
+        if not probe.pays_by_condition[c] and allowed[Op.PRUNE]:
+            return Op.PRUNE
+        return Op.FOSSILIZE if allowed[Op.FOSSILIZE] else Op.WAIT
 
     plays = {"wait": lambda t, c, allowed: Op.WAIT, "blind": blind, "oracle": oracle}
     out = {"blind_step": first}
     for name, choose in plays.items():
-        env = HiddenConditionEnv(num_envs=EVAL_EPISODES, **env_kwargs)
+        env = toy(num_envs=EVAL_EPISODES, **env_kwargs)
         _, info = env.reset(seed=EVAL_SEED)
         total = np.zeros(EVAL_EPISODES)
         for t in range(env.max_epochs):
@@ -286,16 +304,21 @@ def _row(label: str, mine: list[dict[str, Any]]) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
-def report(runs: list[dict[str, Any]]) -> str:
-    """One row per configuration label: how many seeds read the condition, when, and the final argmax return."""
+def report(runs: list[dict[str, Any]], toy: Toy | None = None) -> str:
+    """One row per configuration label: how many seeds read the condition, when, and the final argmax return.
+    Every run must be of ``toy`` (this module's by default; runs from before the key was written are)."""
+    toy = toy or HiddenConditionEnv
     env_kwargs = {json.dumps(r["env_kwargs"], sort_keys=True) for r in runs}
     if len(env_kwargs) != 1:
         raise ValueError(f"runs of different toys in one table: {sorted(env_kwargs)}")
-    fixed = fixed_returns(runs[0]["env_kwargs"])
-    lines = [f"Toy {next(iter(env_kwargs))}; held-out argmax return (points): always-WAIT "
+    other = {r.get("toy", HiddenConditionEnv.__name__) for r in runs} - {toy.__name__}
+    if other:
+        raise ValueError(f"runs of {sorted(other)} in a table of {toy.__name__}: read them with their own module")
+    fixed = fixed_returns(runs[0]["env_kwargs"], toy)
+    name = "" if toy is HiddenConditionEnv else f"{toy.__name__} "
+    lines = [f"Toy {name}{next(iter(env_kwargs))}; held-out argmax return (points): always-WAIT "
              f"{100 * fixed['wait']:.2f}, grow at step {fixed['blind_step']} whatever the condition "
-             f"{100 * fixed['blind']:.2f}, "
-             f"oracle {100 * fixed['oracle']:.2f}.", "", HEADER]
+             f"{100 * fixed['blind']:.2f}, oracle {100 * fixed['oracle']:.2f}.", "", HEADER]
     for label in dict.fromkeys(r["label"] for r in runs):
         mine = [r for r in runs if r["label"] == label]
         if len({json.dumps([r["agent_kwargs"], r["updates"], r["num_envs"]], sort_keys=True) for r in mine}) > 1:
@@ -336,9 +359,11 @@ def read_runs(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.studies.hidden_condition",
-                                     description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, toy: Toy | None = None, prog: str = "hidden_condition",
+         description: str | None = None) -> None:
+    """The command line of this toy or of a subclass ``toy``, whose module passes its ``prog`` and ``description``."""
+    parser = argparse.ArgumentParser(prog=f"python -m benchmarks.studies.{prog}",
+                                     description=description or __doc__.split("\n\n")[0])
     parser.add_argument("--config", nargs=2, action="append", default=[], metavar=("LABEL", "AGENT_KWARGS"),
                         help="a configuration to train: a label and a JSON object of AgentConfig overrides")
     parser.add_argument("--seeds", nargs="+", default=["0-4"], help="training seeds and ranges, e.g. 0-4")
@@ -358,13 +383,13 @@ def main(argv: list[str] | None = None) -> None:
     for label, kwargs in args.config:
         for seed in parse_seeds(args.seeds):
             run = train_and_check(label, json.loads(kwargs), seed, args.updates, args.check_every, args.env_kwargs,
-                                  args.num_envs)
+                                  args.num_envs, toy)
             args.out.parent.mkdir(parents=True, exist_ok=True)
             with args.out.open("a") as f:
                 f.write(json.dumps(run) + "\n")
             print(f"{label} seed {seed}: first read at update {run['first_read']}, reads at the end "
                   f"{run['reads_at_end']}", flush=True)
-    table = report(read_runs(args.out))
+    table = report(read_runs(args.out), toy)
     args.out.with_suffix(".md").write_text(table + "\n")
     print(table)
     if args.paired_against:
