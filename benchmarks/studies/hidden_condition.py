@@ -76,6 +76,7 @@ class HiddenConditionEnv(VectorEnv):
     """The toy (module docstring): Esper's action space with one slot, NEXT_STEP autoreset, masks in ``info``."""
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
+    eval_episodes = EVAL_EPISODES  # held-out episodes of each read
 
     def __init__(self, num_envs: int = 8, horizon: int = 20, reveal: int = 3, cost: float = 0.01,
                  luck_std: float = 0.03, grow_window: tuple[int, int] | None = None,
@@ -94,6 +95,8 @@ class HiddenConditionEnv(VectorEnv):
         self.cost, self.luck_std = cost, luck_std
         self.chance, self.top = CHANCE, TOP
         self.pays_by_condition = np.array([True, False])  # per condition: whether kept growth pays there
+        self.costs_by_condition = ~self.pays_by_condition  # the conditions a read asks the policy to undo
+        self.condition_names = CONDITIONS
         self.undo, self.hold_from, self.max_hold = undo is not None, hold_from, max_hold
         self.costs_share = None if costing is None else costing[0]
         self.gain = GAIN if costing is None else np.array([GAIN[0], costing[1]])
@@ -125,13 +128,11 @@ class HiddenConditionEnv(VectorEnv):
         self.accuracy[i], self.ended[i] = self.chance[self.condition[i]], False
 
     def kept(self, index: int | slice = slice(None)) -> np.ndarray:
-        """Per sub-env (or for sub-env ``index``), whether its growth counts: planted, or with ``undo``
-        fossilized."""
+        """Per sub-env (or sub-env ``index``): whether its growth counts (planted; with ``undo``, fossilized)."""
         return self.fossilized[index].copy() if self.undo else self.grown_at[index] >= 0
 
     def live(self, index: int | slice = slice(None)) -> np.ndarray:
-        """Per sub-env (or for sub-env ``index``), whether a planted seed can still be pruned or fossilized
-        (``undo`` only)."""
+        """Per sub-env (or sub-env ``index``): whether a planted seed can still be pruned or kept (``undo`` only)."""
         return self.undo & (self.grown_at[index] >= 0) & ~self.fossilized[index] & ~self.pruned[index]
 
     def _accuracy_after(self, i: int, t: int) -> float:
@@ -177,8 +178,7 @@ class HiddenConditionEnv(VectorEnv):
         return self._obs(), self._info()
 
     def _act(self, i: int, op: int, t: int, allowed: np.ndarray) -> float:
-        """Sub-env ``i``'s op at step ``t`` under its mask ``allowed`` (one a mask refuses runs as a WAIT, as on
-        Esper); returns the op's own reward, GERMINATE's cost."""
+        """Sub-env ``i``'s op at step ``t`` (one ``allowed`` refuses runs as WAIT, as on Esper); GERMINATE's cost."""
         if op == Op.GERMINATE and allowed[op]:
             self.grown_at[i] = t
         elif op == Op.PRUNE and allowed[op]:
@@ -210,17 +210,19 @@ Toy = type[HiddenConditionEnv]  # the toy a study trains on: this module's or a 
 
 
 def greedy_read(trainer: Trainer, env_kwargs: dict[str, Any], toy: Toy) -> dict[str, float]:
-    """The trainer's argmax policy on held-out episodes: where growth pays and where it costs, the share that ended
-    grown (with ``undo``: fossilized) and the mean return."""
-    env = toy(num_envs=EVAL_EPISODES, **env_kwargs)
+    """The trainer's argmax policy on held-out episodes: where growth pays, where the read asks for an undo, and on
+    each condition, the share that ended grown (with ``undo``: fossilized); the mean returns."""
+    env = toy(num_envs=toy.eval_episodes, **env_kwargs)
     actor = PolicyActor(trainer.policy, trainer.obs_norm, deterministic=True)
-    records = run_episodes(VectorEnvDriver(env), actor, EVAL_EPISODES, EVAL_SEED)  # one per sub-env, by sub-env
+    records = run_episodes(VectorEnvDriver(env), actor, toy.eval_episodes, EVAL_SEED)  # one per sub-env, by sub-env
     returns = np.array([r.episode_return for r in records])
     grew = env.kept()  # the episodes just ended; NEXT_STEP autoreset has not restarted them
     read = {"return": float(returns.mean())}
-    pays = env.pays_by_condition[env.condition]
-    for name, rows in zip(CONDITIONS, (pays, ~pays), strict=True):
-        read[f"grows_{name}"], read[f"return_{name}"] = float(grew[rows].mean()), float(returns[rows].mean())
+    rows = {"pays": env.pays_by_condition[env.condition], "costs": env.costs_by_condition[env.condition]}
+    for name, these in rows.items():
+        read[f"grows_{name}"], read[f"return_{name}"] = float(grew[these].mean()), float(returns[these].mean())
+    read["grows_by_condition"] = {name: float(grew[env.condition == c].mean())
+                                  for c, name in enumerate(env.condition_names) if (env.condition == c).any()}
     return read
 
 
@@ -230,8 +232,7 @@ def reads_condition(check: dict[str, float]) -> bool:
 
 def train_and_check(label: str, overrides: dict[str, Any], seed: int, updates: int, check_every: int,
                     env_kwargs: dict[str, Any], num_envs: int = 8, toy: Toy | None = None) -> dict[str, Any]:
-    """Train one configuration from scratch on ``toy`` (this module's by default) and read its argmax policy
-    every ``check_every`` updates."""
+    """Train one configuration on ``toy`` (this module's by default); read its argmax policy every ``check_every``."""
     toy = toy or HiddenConditionEnv
     env = toy(num_envs=num_envs, **env_kwargs)
     config = AgentConfig(**{"rollout_steps": env.max_epochs, **overrides})
@@ -273,11 +274,11 @@ def fixed_returns(env_kwargs: dict[str, Any], toy: Toy | None = None) -> dict[st
     plays = {"wait": lambda t, c, allowed: Op.WAIT, "blind": blind, "oracle": oracle}
     out = {"blind_step": first}
     for name, choose in plays.items():
-        env = toy(num_envs=EVAL_EPISODES, **env_kwargs)
+        env = toy(num_envs=toy.eval_episodes, **env_kwargs)
         _, info = env.reset(seed=EVAL_SEED)
-        total = np.zeros(EVAL_EPISODES)
+        total = np.zeros(env.num_envs)
         for t in range(env.max_epochs):
-            actions = np.zeros((EVAL_EPISODES, len(spaces.head_sizes(1))), np.int64)
+            actions = np.zeros((env.num_envs, len(spaces.head_sizes(1))), np.int64)
             allowed = info["op_slot_mask"][:, :, 0]
             actions[:, 0] = [choose(t, c, allowed[i]) for i, c in enumerate(env.condition)]
             _, reward, _, _, info = env.step(actions)
@@ -305,8 +306,7 @@ def _row(label: str, mine: list[dict[str, Any]]) -> str:
 
 
 def report(runs: list[dict[str, Any]], toy: Toy | None = None) -> str:
-    """One row per configuration label: how many seeds read the condition, when, and the final argmax return.
-    Every run must be of ``toy`` (this module's by default; runs from before the key was written are)."""
+    """One row per label: seeds that read, when, the final argmax return; all runs of ``toy`` (unnamed: the base)."""
     toy = toy or HiddenConditionEnv
     env_kwargs = {json.dumps(r["env_kwargs"], sort_keys=True) for r in runs}
     if len(env_kwargs) != 1:

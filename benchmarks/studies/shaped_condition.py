@@ -15,9 +15,12 @@ that measurement, per condition, drawn alike:
   each drawn per episode around the condition's mean with the spread its five measured episodes had (their range
   over 2.33, about a standard deviation for five draws); before, both read -1 (Esper's sentinel).
 
-The observation is ``[step / horizon, validation, training, live, fossilized, pruned]``; the reward, the luck term,
-the planting's cost and the read ("pays": the ten conditions where keeping pays) are the other toy's. A policy
-that reads ``pool5k-noise40`` must combine two features seen at once, from about one episode in twelve. These are
+The observation is ``[step / horizon, validation, training, live, fossilized, pruned]``; the reward, the luck term
+and the planting's cost are the other toy's. A run reads the condition when its argmax policy keeps on at least 90%
+of the held-out episodes of the ten conditions where keeping pays and on at most 10% of ``pool5k-noise40``'s, the
+one where keeping costs test accuracy (``classes2``'s loss is compute alone, and counts on neither side), over 240
+held-out episodes (about 20 of each condition). A policy that reads it must combine two features seen at once,
+from about one episode in twelve. These are
 fixed measurements, not tuned: the toy is as hard as the task's one decision, and no harder or easier on purpose.
 
     python -m benchmarks.studies.shaped_condition --updates 100 --seeds 0-9 \\
@@ -62,11 +65,14 @@ TASK = (
     Measured("res8", 52.42, 6.13, (62.4, 62.0, 62.8), (61.0, 60.7, 61.2)),
 )
 RANGE_TO_STD = 2.33  # the expected range of five normal draws, in standard deviations
+READ_UNDO = "pool5k-noise40"  # the condition a read asks the policy to undo: keeping costs test accuracy only there
 
 
 class ShapedConditionEnv(HiddenConditionEnv):
     """The hidden-condition toy on the task's twelve conditions (module docstring); ``seen_noise`` scales the
     measured spread of the two features (1: as measured, 0: each condition's mean exactly)."""
+
+    eval_episodes = 240  # about 20 of each condition, so that a read sees more than a few pool5k-noise40 episodes
 
     def __init__(self, num_envs: int = 8, horizon: int = 20, reveal: int = 5, cost: float = 0.01,
                  luck_std: float = 0.03, undo: tuple[int, int] = (3, 5), seen_noise: float = 1.0) -> None:
@@ -78,6 +84,7 @@ class ShapedConditionEnv(HiddenConditionEnv):
         self.top = np.array([m.seedling_return for m in TASK]) / 100
         self.gain = np.array([m.keep_minus_prune for m in TASK]) / 100
         self.pays_by_condition = self.gain > 0
+        self.costs_by_condition = np.array([name == READ_UNDO for name in self.condition_names])
         self.seen_mean = np.array([(m.validation[0], m.training[0]) for m in TASK]) / 100
         spread = [(m.validation[2] - m.validation[1], m.training[2] - m.training[1]) for m in TASK]
         self.seen_std = seen_noise * np.array(spread) / 100 / RANGE_TO_STD

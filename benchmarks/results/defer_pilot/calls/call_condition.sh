@@ -17,6 +17,7 @@ export ESPER_DATA_DIR=$PWD/.stage/cifar PYTORCH_CUDA_ALLOC_CONF=expandable_segme
 [[ -f .stage/trained.tgz ]] && tar xzf .stage/trained.tgz -C .stage
 cond=${CONDITION:-pool5k-noise40} n=${EPISODES:-12} reset_seed=${RESET_SEED:-1000003} limit=${RUN_LIMIT_S:-540}
 dir=.stage/condition/$1/$cond
+rm -rf "$dir"  # .stage outlives a call: an earlier read must not pass for this one
 mkdir -p "$dir" "$OUT"
 # on every exit, the results go back in one tarball (a run that failed leaves its log)
 pack() {
