@@ -28,7 +28,8 @@ On the head-to-head's pilot no esper_agent policy grew by the condition within t
   as on Esper (``AgentConfig.defer_keep`` reads it).
 
 Without ``undo`` the best policy waits until ``reveal`` and grows only where it pays; with it, it plants at once
-and from ``reveal`` on keeps where it pays and prunes where it costs. Action space, masks and autoreset are Esper's.
+and from ``reveal`` on keeps where it pays and prunes where it costs. The action space, the masks in ``info`` and
+the autoreset are Esper's, so nothing in the agent is special-cased.
 A run *reads the condition* at the first check where its argmax policy grows (at any step) in at least ``READ`` of
 the held-out "pays" episodes and at most ``1 - READ`` of the "costs" ones (64 episodes on reset seeds 1,000,000
 on; training resets come from hashed seeds, so an overlap is possible but was not there for the committed runs).
@@ -39,7 +40,8 @@ on; training resets come from hashed seeds, so an overlap is possible but was no
 
 Each (configuration, seed) appends one JSON line (its checks); the table is rebuilt from every line in the file
 (without ``--config`` it only rebuilds the table). ``--paired-against LABEL`` also prints each other label's first
-read minus LABEL's, paired by training seed with a Student-t 95% CI (``skip-window.jsonl``: ``lstm_skip``'s −35).
+read minus LABEL's, paired by training seed with a Student-t 95% CI, e.g. ``--out
+benchmarks/results/hidden_condition/skip-window.jsonl --paired-against e3`` for ``lstm_skip``'s −35 ± 13 updates.
 """
 
 from __future__ import annotations
@@ -231,9 +233,8 @@ def reads_condition(check: dict[str, float]) -> bool:
 
 
 def train_and_check(label: str, overrides: dict[str, Any], seed: int, updates: int, check_every: int,
-                    env_kwargs: dict[str, Any], num_envs: int = 8, toy: Toy | None = None) -> dict[str, Any]:
-    """Train one configuration on ``toy`` (this module's by default); read its argmax policy every ``check_every``."""
-    toy = toy or HiddenConditionEnv
+                    env_kwargs: dict[str, Any], num_envs: int = 8, toy: Toy = HiddenConditionEnv) -> dict[str, Any]:
+    """Train one configuration on ``toy``; read its argmax policy every ``check_every`` updates."""
     env = toy(num_envs=num_envs, **env_kwargs)
     config = AgentConfig(**{"rollout_steps": env.max_epochs, **overrides})
     trainer, checks = Trainer(env, config, seed=seed, total_updates=updates), []
@@ -248,13 +249,12 @@ def train_and_check(label: str, overrides: dict[str, Any], seed: int, updates: i
             "reads_at_end": reads_condition(checks[-1]), "checks": checks, **run_stamp()}
 
 
-def fixed_returns(env_kwargs: dict[str, Any], toy: Toy | None = None) -> dict[str, float]:
+def fixed_returns(env_kwargs: dict[str, Any], toy: Toy = HiddenConditionEnv) -> dict[str, float]:
     """Mean return on the held-out episodes of always-WAIT, of growing at the first step GERMINATE is allowed
     (``blind_step``) whatever the condition (``blind``; with ``undo``, fossilized as soon as allowed), and of the
     oracle: without ``undo`` it grows at the first allowed step from ``reveal`` on where it pays and never where it
     costs; with it, it plants at the first allowed step and, from ``reveal`` on, fossilizes where it pays and
     prunes where it costs."""
-    toy = toy or HiddenConditionEnv
     probe = toy(num_envs=1, **env_kwargs)
     first, last = probe.grow_window
     informed = max(first, probe.reveal) if max(first, probe.reveal) <= last else None
@@ -305,9 +305,9 @@ def _row(label: str, mine: list[dict[str, Any]]) -> str:
     return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
-def report(runs: list[dict[str, Any]], toy: Toy | None = None) -> str:
-    """One row per label: seeds that read, when, the final argmax return; all runs of ``toy`` (unnamed: the base)."""
-    toy = toy or HiddenConditionEnv
+def report(runs: list[dict[str, Any]], toy: Toy = HiddenConditionEnv) -> str:
+    """One row per configuration label: how many seeds read the condition, when, and the final argmax return.
+    Every run must be of ``toy`` (runs from before the key was written are of this module's)."""
     env_kwargs = {json.dumps(r["env_kwargs"], sort_keys=True) for r in runs}
     if len(env_kwargs) != 1:
         raise ValueError(f"runs of different toys in one table: {sorted(env_kwargs)}")
@@ -359,7 +359,7 @@ def read_runs(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def main(argv: list[str] | None = None, toy: Toy | None = None, prog: str = "hidden_condition",
+def main(argv: list[str] | None = None, toy: Toy = HiddenConditionEnv, prog: str = "hidden_condition",
          description: str | None = None) -> None:
     """The command line of this toy or of a subclass ``toy``, whose module passes its ``prog`` and ``description``."""
     parser = argparse.ArgumentParser(prog=f"python -m benchmarks.studies.{prog}",
